@@ -1,0 +1,21 @@
+"""trace_gym: Gymnasium tool-use environments for capability-targeted agentic training.
+
+Importing this package registers the built-in ``trace/...`` envs and every env that installed plugins
+advertise through the ``trace_gym.envs`` entry-point group.
+"""
+
+from trace_gym.registration import load_plugins, register_env
+
+__version__ = "0.1.0"
+
+
+def _register_builtins() -> None:
+    from trace_gym import targets
+
+    targets.register_envs()
+
+
+_register_builtins()
+load_plugins()
+
+__all__ = ["__version__", "load_plugins", "register_env"]

@@ -1,0 +1,309 @@
+"""The base class of every trace environment: a tool-using conversation as a ``gymnasium.Env``.
+
+Observation
+    The whole conversation so far, as OpenAI chat messages (``system``, ``user``, ``assistant`` with
+    ``tool_calls``, ``tool`` with ``tool_call_id``); see :class:`~trace_gym.core.spaces.ChatObservationSpace`.
+    The tools are OpenAI function schemas in ``info["tools"]`` and on ``env.unwrapped.tools``.
+Action
+    One assistant turn: ``{"content": str, "tool_calls": [...]}`` or the raw text a model generated (parsed by
+    :func:`~trace_gym.core.parsing.parse_action`). A turn with tool calls runs them and answers with ``tool``
+    messages; a turn without is a message to the user, whose simulator answers with a ``user`` message.
+Invalid actions
+    Never raise. The env answers with an error that says what was wrong, ``info["invalid_action"]`` is one of
+    ``parse``, ``unknown_tool``, ``schema``, ``precondition`` (``None`` for a valid turn), the world state is
+    unchanged, and the episode is truncated after ``max_invalid_turns`` invalid turns.
+Reward
+    Terminal, in [0, 1], from the env's algorithmic verifier, with ``info["reward_components"]`` and
+    ``info["requirements"]`` (capability -> ``"PRESENT"`` / ``"LACKING"``) on the last step; 0.0 before.
+Termination
+    ``terminated`` when the user ends the conversation or a ``transfer`` tool is called; ``truncated`` after
+    ``max_turns`` agent turns or ``max_invalid_turns`` invalid ones.
+Options of ``reset``
+    ``hint`` (bool): expert advice appended to the system prompt; ``info["base_system_prompt"]`` is the prompt
+    without it. ``split`` (``"train"``/``"test"``): the seed indexes that split's disjoint range (see
+    :data:`SPLITS`). ``difficulty`` (int): overrides the constructor's level for this episode.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import gymnasium as gym
+import numpy as np
+
+from trace_gym.core.parsing import ActionParseError, AssistantTurn, parse_action
+from trace_gym.core.spaces import AssistantTurnSpace, ChatObservationSpace
+from trace_gym.worlds.tools import State, Tool
+from trace_gym.worlds.user import UserSimulator
+from trace_gym.worlds.world import InvalidKind, World, canonical_json
+
+Label = Literal["PRESENT", "LACKING"]
+
+# Disjoint seed ranges: with options={"split": name}, seed i is instance seed start + i, 0 <= i < size.
+SPLITS: dict[str, tuple[int, int]] = {"train": (0, 1_000_000), "test": (1_000_000, 100_000)}
+
+
+@dataclass
+class Episode:
+    """Everything one reset draws: the task, the world, the user, and what the verifier needs."""
+
+    system_prompt: str
+    state: State
+    user: UserSimulator
+    instance: dict[str, Any]  # the task as data: rendered for golden hashes and uniqueness checks
+    hint: str = ""
+    value_pool: dict[str, list[Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    reward: float
+    components: dict[str, float]
+    requirements: dict[str, Label] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One tool call of the trajectory, in order, for verifiers and requirement checks."""
+
+    turn: int
+    name: str
+    arguments: dict[str, Any]
+    error: InvalidKind | None
+    output: str
+
+
+class ChatToolEnv(gym.Env[list, Any]):
+    """Base class: subclasses provide tools, ``_new_episode``, ``_evaluate`` and ``oracle_actions``."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
+    capability: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    difficulty_levels: ClassVar[tuple[int, ...]] = (1,)
+    default_difficulty: ClassVar[int] = 1
+
+    def __init__(
+        self,
+        render_mode: str | None = None,
+        difficulty: int | None = None,
+        max_turns: int = 30,
+        max_invalid_turns: int = 5,
+        max_tool_calls_per_turn: int = 8,
+    ):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"
+            )
+        self.render_mode = render_mode
+        self.difficulty = self._check_difficulty(
+            self.default_difficulty if difficulty is None else difficulty
+        )
+        self.max_turns = max_turns
+        self.max_invalid_turns = max_invalid_turns
+        self.max_tool_calls_per_turn = max_tool_calls_per_turn
+        self.domain_tools: list[Tool] = self._make_tools()
+        self.tools: list[dict[str, Any]] = [tool.schema for tool in self.domain_tools]
+        self.observation_space = ChatObservationSpace()
+        self.action_space = AssistantTurnSpace(self.tools)
+        self.world: World | None = None
+        self.episode: Episode | None = None
+        self.messages: list[dict[str, Any]] = []
+        self.calls: list[CallRecord] = []
+        self.agent_messages: list[str] = []  # what the agent told the user, in order
+        self.turn = 0
+        self.invalid_turns = 0
+        self.over = True
+        self.episode_difficulty = self.difficulty
+
+    # ---- subclass hooks -------------------------------------------------------------------------------------
+    @abstractmethod
+    def _make_tools(self) -> list[Tool]:
+        """The domain's tools; fixed for the env so that its action space is fixed."""
+
+    @abstractmethod
+    def _new_episode(self, rng: np.random.Generator, difficulty: int) -> Episode:
+        """Draw one instance from ``rng`` (the env's ``np_random``) at the given difficulty."""
+
+    @abstractmethod
+    def _evaluate(self) -> Evaluation:
+        """Score the finished episode from ``self.world``, ``self.calls`` and ``self.agent_messages``."""
+
+    @abstractmethod
+    def oracle_actions(self) -> list[dict[str, Any]]:
+        """A reference solution of the current instance; replayed from reset it scores 1.0."""
+
+    # ---- gymnasium API --------------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        options = dict(options or {})
+        unknown = set(options) - {"hint", "split", "difficulty"}
+        if unknown:
+            raise ValueError(f"unknown reset options {sorted(unknown)}; known: hint, split, difficulty")
+        seed = self._split_seed(seed, options.get("split"))
+        super().reset(seed=seed)
+        self.episode_difficulty = self._check_difficulty(options.get("difficulty", self.difficulty))
+        episode = self._new_episode(self.np_random, self.episode_difficulty)
+        self.episode = episode
+        self.world = World(self.domain_tools, episode.state)
+        self.action_space.set_value_pool(episode.value_pool)
+        system = episode.system_prompt
+        if options.get("hint") and episode.hint:
+            system = f"{system}\n\n# Expert advice\n{episode.hint}"
+        self.messages = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": episode.user.opening()},
+        ]
+        self.calls, self.agent_messages = [], []
+        self.turn, self.invalid_turns, self.over = 0, 0, False
+        self._episode_tools = copy.deepcopy(self.tools)
+        info = self._info()
+        info["base_system_prompt"] = episode.system_prompt
+        info["difficulty"] = self.episode_difficulty
+        return self._observation(), info
+
+    def step(self, action: Any):
+        if self.over or self.episode is None or self.world is None:
+            raise RuntimeError("the episode is over (or was never started): call reset() before step()")
+        self.turn += 1
+        terminated = False
+        try:
+            turn = parse_action(action)
+            if len(turn.tool_calls) > self.max_tool_calls_per_turn:
+                raise ActionParseError(
+                    f"{len(turn.tool_calls)} tool calls in one turn; this environment accepts at most "
+                    f"{self.max_tool_calls_per_turn}"
+                )
+        except ActionParseError as err:
+            invalid: InvalidKind | None = "parse"
+            raw = action if isinstance(action, str) else _dump(action)
+            self.messages.append({"role": "assistant", "content": raw})
+            self.messages.append(
+                {"role": "user", "content": f"[environment] Error: your message could not be read: {err}."}
+            )
+        else:
+            if turn.tool_calls:
+                invalid, terminated = self._run_tools(turn)
+            else:
+                invalid = None
+                terminated = self._talk_to_user(
+                    turn.content, message={"role": "assistant", "content": turn.content}
+                )
+        if invalid is not None:
+            self.invalid_turns += 1
+        truncated = not terminated and (
+            self.turn >= self.max_turns or self.invalid_turns >= self.max_invalid_turns
+        )
+        info = self._info()
+        info["invalid_action"] = invalid
+        reward = 0.0
+        if terminated or truncated:
+            self.over = True
+            evaluation = self._evaluate()
+            reward = float(np.clip(evaluation.reward, 0.0, 1.0))
+            info["reward_components"] = dict(evaluation.components)
+            info["requirements"] = dict(evaluation.requirements)
+        return self._observation(), reward, terminated, truncated, info
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        return render_conversation(self.messages)
+
+    def render_instance(self) -> str:
+        """The current instance as canonical JSON (same seed, same text, byte for byte)."""
+        if self.episode is None:
+            raise RuntimeError("call reset() before render_instance()")
+        return canonical_json(self.episode.instance)
+
+    # ---- internals ------------------------------------------------------------------------------------------
+    def _run_tools(self, turn: AssistantTurn) -> tuple[InvalidKind | None, bool]:
+        assert self.world is not None
+        calls = []
+        for i, call in enumerate(turn.tool_calls):
+            call_id = f"call_{self.turn}_{i}"
+            arguments = json.dumps(call.arguments, ensure_ascii=False)
+            calls.append(
+                {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": arguments}}
+            )
+        self.messages.append({"role": "assistant", "content": turn.content, "tool_calls": calls})
+        first_invalid: InvalidKind | None = None
+        terminated = False
+        replies: list[str] = []
+        for call, wire in zip(turn.tool_calls, calls, strict=True):
+            result = self.world.call(call.name, call.arguments)
+            self.calls.append(CallRecord(self.turn, call.name, call.arguments, result.error, result.output))
+            self.messages.append(
+                {"role": "tool", "tool_call_id": wire["id"], "name": call.name, "content": result.output}
+            )
+            if result.error is not None:
+                first_invalid = first_invalid or result.error
+                continue
+            kind = self.world.tools[call.name].kind
+            if kind == "reply":
+                replies.append(str(call.arguments.get("message", "")))
+            elif kind == "transfer":
+                terminated = True
+        if replies and not terminated:
+            terminated = self._talk_to_user("\n".join(replies), message=None)
+        return first_invalid, terminated
+
+    def _talk_to_user(self, text: str, message: dict[str, Any] | None) -> bool:
+        assert self.episode is not None
+        if message is not None:
+            self.messages.append(message)
+        self.agent_messages.append(text)
+        reply = self.episode.user.reply(text)
+        if reply.content:
+            self.messages.append({"role": "user", "content": reply.content})
+        return reply.done
+
+    def _observation(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.messages)
+
+    def _info(self) -> dict[str, Any]:
+        return {"tools": self._episode_tools, "capability": self.capability, "turn": self.turn}
+
+    def _split_seed(self, seed: int | None, split: str | None) -> int | None:
+        if split is None:
+            return seed
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; known: {sorted(SPLITS)}")
+        start, size = SPLITS[split]
+        if seed is None:
+            seed = int(np.random.default_rng().integers(size))
+        if not 0 <= seed < size:
+            raise ValueError(f"seed {seed} is outside split {split!r}, which has seeds 0..{size - 1}")
+        return start + seed
+
+    def _check_difficulty(self, level: int) -> int:
+        if level not in self.difficulty_levels:
+            raise ValueError(f"difficulty must be one of {list(self.difficulty_levels)}, got {level!r}")
+        return int(level)
+
+
+def _dump(action: Any) -> str:
+    try:
+        return json.dumps(action, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError):
+        return repr(action)
+
+
+def render_conversation(messages: list[dict[str, Any]]) -> str:
+    """Plain-text transcript of a conversation (for ``render_mode="ansi"``, ``trace play`` and logs)."""
+    lines = []
+    for message in messages:
+        role = message["role"]
+        if role == "tool":
+            lines.append(
+                f"[tool {message.get('name', '')} -> {message.get('tool_call_id')}] {message['content']}"
+            )
+            continue
+        if message.get("content"):
+            lines.append(f"[{role}] {message['content']}")
+        for call in message.get("tool_calls") or []:
+            fn = call["function"]
+            lines.append(f"[{role} calls {fn['name']}] {fn['arguments']}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,167 @@
+"""Turn one assistant action (a dict or the raw text a model generated) into content plus tool calls.
+
+Accepted forms, in the order they are tried:
+
+* a dict ``{"content": str | None, "tool_calls": [...]}`` (OpenAI message), where each call is either
+  ``{"id", "type": "function", "function": {"name", "arguments"}}`` or ``{"name", "arguments"}``;
+* text with ``<tool_call>{...}</tool_call>`` blocks (Hermes / Qwen / SmolLM style);
+* text with fenced JSON blocks (```` ```json {...} ``` ````) that hold a call;
+* text that is as a whole a JSON call, a list of calls, or an OpenAI message object;
+* anything else is a plain reply to the user.
+
+``arguments`` may be a dict, a JSON string, or a JSON string of a JSON string (double-encoded), as models
+produce all three. A malformed call raises :class:`ActionParseError` with a message a model can act on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+FENCED_BLOCK = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
+
+
+class ActionParseError(ValueError):
+    """The action could not be read as a reply or as tool calls; the message says why."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+    id: str = ""
+
+
+@dataclass(frozen=True)
+class AssistantTurn:
+    """One parsed assistant turn: what it says to the user and the tools it calls."""
+
+    content: str
+    tool_calls: tuple[ToolCall, ...] = field(default_factory=tuple)
+
+
+def parse_action(action: Any) -> AssistantTurn:
+    """Parse one assistant action. Raises :class:`ActionParseError` when it cannot be read."""
+    if isinstance(action, dict):
+        return _parse_message_dict(action)
+    if isinstance(action, str):
+        return _parse_text(action)
+    raise ActionParseError(
+        f"an action must be a str or a dict with 'content' and 'tool_calls', got {type(action).__name__}"
+    )
+
+
+def _parse_message_dict(message: dict) -> AssistantTurn:
+    unknown = set(message) - {"role", "content", "tool_calls", "reasoning_content", "name"}
+    if unknown:
+        raise ActionParseError(
+            f"unexpected keys {sorted(unknown)} in the action dict; expected 'content' and 'tool_calls'"
+        )
+    if message.get("role", "assistant") != "assistant":
+        raise ActionParseError(f"an action must be an assistant message, got role {message['role']!r}")
+    content = message.get("content")
+    if content is None:
+        content = ""
+    if not isinstance(content, str):
+        raise ActionParseError(f"'content' must be a string or null, got {type(content).__name__}")
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise ActionParseError(f"'tool_calls' must be a list, got {type(raw_calls).__name__}")
+    calls = tuple(_read_call(call, where=f"tool_calls[{i}]") for i, call in enumerate(raw_calls))
+    if not calls and isinstance(content, str) and content.strip():
+        # A dict whose content carries calls in text form (e.g. an HTTP policy without tool parsing).
+        return _parse_text(content)
+    return AssistantTurn(content=content, tool_calls=calls)
+
+
+def _parse_text(text: str) -> AssistantTurn:
+    blocks = TOOL_CALL_BLOCK.findall(text)
+    if "<tool_call>" in text:
+        calls = tuple(_read_call(_load_json(b, "<tool_call> block"), "<tool_call> block") for b in blocks)
+        return AssistantTurn(content=_strip(TOOL_CALL_BLOCK.sub("", text)), tool_calls=calls)
+
+    fenced = [b for b in FENCED_BLOCK.findall(text) if _looks_like_call(b)]
+    if fenced:
+        calls: list[ToolCall] = []
+        for block in fenced:
+            calls.extend(_calls_from_json(_load_json(block, "fenced JSON block"), "fenced JSON block"))
+        remainder = FENCED_BLOCK.sub(lambda m: "" if _looks_like_call(m.group(1)) else m.group(0), text)
+        return AssistantTurn(content=_strip(remainder), tool_calls=tuple(calls))
+
+    stripped = text.strip()
+    if stripped[:1] in "{[" and _looks_like_call(stripped):
+        try:
+            value = json.loads(stripped)
+        except json.JSONDecodeError as err:
+            raise ActionParseError(
+                f"the reply looks like a JSON tool call but is not valid JSON: {err}"
+            ) from None
+        if isinstance(value, dict) and ("tool_calls" in value or "content" in value) and "name" not in value:
+            return _parse_message_dict(value)
+        return AssistantTurn(content="", tool_calls=tuple(_calls_from_json(value, "JSON reply")))
+    return AssistantTurn(content=text, tool_calls=())
+
+
+def _looks_like_call(text: str) -> bool:
+    return bool(re.search(r'"(name|tool_calls|function)"\s*:', text))
+
+
+def _strip(text: str) -> str:
+    return text.strip()
+
+
+def _load_json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text.strip())
+    except json.JSONDecodeError as err:
+        raise ActionParseError(
+            f"invalid JSON in {where}: {err.msg} at position {err.pos}; expected "
+            '{"name": "<tool name>", "arguments": {...}}'
+        ) from None
+
+
+def _calls_from_json(value: Any, where: str) -> list[ToolCall]:
+    if isinstance(value, list):
+        return [_read_call(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, dict) and isinstance(value.get("tool_calls"), list):
+        return [_read_call(item, f"{where}.tool_calls[{i}]") for i, item in enumerate(value["tool_calls"])]
+    return [_read_call(value, where)]
+
+
+def _read_call(call: Any, where: str) -> ToolCall:
+    if not isinstance(call, dict):
+        raise ActionParseError(f"{where}: a tool call must be a JSON object, got {type(call).__name__}")
+    call_id = call.get("id") or ""
+    if not isinstance(call_id, str):
+        raise ActionParseError(f"{where}: 'id' must be a string")
+    body = call.get("function", call)
+    if not isinstance(body, dict):
+        raise ActionParseError(f"{where}: 'function' must be an object with 'name' and 'arguments'")
+    name = body.get("name")
+    if not isinstance(name, str) or not name:
+        raise ActionParseError(f'{where}: missing tool name; expected {{"name": ..., "arguments": {{...}}}}')
+    arguments = body.get("arguments", body.get("parameters", {}))
+    return ToolCall(name=name, arguments=_decode_arguments(arguments, where, name), id=call_id)
+
+
+def _decode_arguments(arguments: Any, where: str, name: str) -> dict[str, Any]:
+    # Models emit arguments as an object, a JSON string, or a JSON string inside a JSON string.
+    for _ in range(3):
+        if isinstance(arguments, dict):
+            return arguments
+        if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
+            return {}
+        if not isinstance(arguments, str):
+            break
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError as err:
+            raise ActionParseError(
+                f"{where}: arguments of {name!r} are not valid JSON ({err.msg} at position {err.pos})"
+            ) from None
+    raise ActionParseError(
+        f"{where}: arguments of {name!r} must be a JSON object, got {type(arguments).__name__}"
+    )

@@ -1,0 +1,63 @@
+"""Registration of trace envs: built-ins, and plugins advertised through the ``trace_gym.envs`` entry points.
+
+Gymnasium 1.x has no plugin loading of its own, so ``import trace_gym`` does it: ``gym.make("trace_gym:trace/x-v0")``
+imports this package first, which registers everything, then looks the id up.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.envs.registration import load_env_creator
+
+ENTRY_POINT_GROUP = "trace_gym.envs"
+NAMESPACE = "trace"
+
+
+def register_env(env_id: str, entry_point: str, **kwargs: Any) -> None:
+    """Register ``env_id`` unless it already is (importing a plugin twice must not warn)."""
+    if not env_id.startswith(f"{NAMESPACE}/"):
+        raise ValueError(
+            f"trace env ids live in the {NAMESPACE!r} namespace: {NAMESPACE}/<name>-v<N>, got {env_id!r}"
+        )
+    if env_id not in gym.registry:
+        gym.register(id=env_id, entry_point=entry_point, **kwargs)
+
+
+def load_plugins() -> list[str]:
+    """Load every ``trace_gym.envs`` entry point; a broken plugin is reported, never fatal to the import."""
+    loaded = []
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            target = entry.load()
+            if callable(target):
+                target()
+            loaded.append(entry.name)
+        except Exception as err:  # noqa: BLE001 - one broken plugin must not hide the others
+            warnings.warn(
+                f"trace_gym plugin {entry.name!r} ({entry.value}) failed to load: {err!r}", stacklevel=2
+            )
+    return loaded
+
+
+@dataclass(frozen=True)
+class EnvCard:
+    id: str
+    capability: str
+    description: str
+
+
+def trace_env_ids() -> list[str]:
+    return sorted(env_id for env_id in gym.registry if env_id.startswith(f"{NAMESPACE}/"))
+
+
+def env_card(env_id: str) -> EnvCard:
+    """Id, capability and one-line description of a registered env, read from its class."""
+    spec = gym.spec(env_id)
+    creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+    description = (getattr(creator, "description", "") or (creator.__doc__ or "")).strip().splitlines()
+    return EnvCard(env_id, getattr(creator, "capability", ""), description[0] if description else "")
