@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from trace_gym.core.env import ChatToolEnv, Episode, Evaluation
+from trace_gym.registration import register_env
 from trace_gym.worlds import Fact, Precondition, ScriptedUser, State, Tool, ToolError
 
 FIRST = ["ada", "alan", "grace", "edsger", "barbara", "donald", "frances", "john"]
@@ -235,3 +236,6 @@ class LibraryEnv(ChatToolEnv):
             call("checkout", member_id=member_id, book_id=book_id),
             {"content": f"Done: {title} is yours for {state['books'][book_id]['loan_days']} days."},
         ]
+
+
+register_env("trace/test-library-v0", entry_point="tests.toy_library:LibraryEnv")

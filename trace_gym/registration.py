@@ -51,6 +51,25 @@ class EnvCard:
     description: str
 
 
+def resolve_env_id(env_id: str) -> str:
+    """Import the ``module:`` prefix of an id if any, check the id is registered, return the bare id.
+
+    Raises ``gymnasium.error.Error`` subclasses with Gymnasium's own message (which suggests close ids).
+    """
+    import importlib
+
+    module, sep, bare = env_id.partition(":")
+    if sep:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise gym.error.Error(f"cannot import {module!r} for env id {env_id!r}: {err}") from err
+    else:
+        bare = env_id
+    gym.spec(bare)
+    return bare
+
+
 def trace_env_ids() -> list[str]:
     return sorted(env_id for env_id in gym.registry if env_id.startswith(f"{NAMESPACE}/"))
 

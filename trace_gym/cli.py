@@ -1,0 +1,205 @@
+"""The ``trace`` command line: environment commands here, training commands from ``trace_train.commands``.
+
+    trace envs                              table of registered trace envs
+    trace check ENV_ID [--seeds N]          validation suite; exit status 1 when a check fails
+    trace play ENV_ID --seed S              play the agent's side of an episode in the terminal
+    trace train / sft / evaluate ...        see ``trace_train.commands`` (docs/training.md)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+def cmd_envs(args: argparse.Namespace) -> int:
+    import trace_gym  # noqa: F401 - registers built-ins and plugins
+    from trace_gym.registration import env_card, trace_env_ids
+
+    table = Table(title="Registered trace environments")
+    for column in ("id", "capability", "description"):
+        table.add_column(column)
+    for env_id in trace_env_ids():
+        try:
+            card = env_card(env_id)
+            table.add_row(card.id, card.capability, card.description)
+        except Exception as err:  # noqa: BLE001 - one broken env must not hide the table
+            table.add_row(env_id, "?", f"[red]cannot load: {err}[/red]")
+    console.print(table)
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import trace_gym  # noqa: F401
+    from trace_gym.core.validation import ValidationConfig, validate_env
+    from trace_gym.registration import resolve_env_id
+
+    args.env_id = resolve_env_id(args.env_id)
+
+    config = ValidationConfig(
+        seeds=args.seeds,
+        split=None if args.split == "none" else args.split,
+        min_unique_share=args.min_unique,
+        degenerate_seeds=min(args.seeds, args.degenerate_seeds),
+        degenerate_max_mean=args.degenerate_max,
+    )
+    make_kwargs = {"difficulty": args.difficulty} if args.difficulty is not None else {}
+    with console.status(f"checking {args.env_id} on {args.seeds} seeds"):
+        results = validate_env(args.env_id, config, **make_kwargs)
+    table = Table(title=f"trace check {args.env_id} ({args.seeds} seeds, split {args.split})")
+    for column in ("check", "result", "figure"):
+        table.add_column(column)
+    for result in results:
+        mark = "[green]pass[/green]" if result.passed else "[red]FAIL[/red]"
+        table.add_row(result.name, mark, result.figure)
+    console.print(table)
+    for result in results:
+        if not result.passed and result.detail:
+            console.print(f"[red]{result.name}[/red]: {result.detail}", markup=False)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([r.__dict__ for r in results], f, indent=2)
+    failed = [r.name for r in results if not r.passed]
+    if failed:
+        console.print(f"[red]{len(failed)} check(s) failed: {', '.join(failed)}[/red]")
+        return 1
+    console.print(f"[green]all {len(results)} checks passed[/green]")
+    return 0
+
+
+PLAY_HELP = """Type a reply to the user, or a tool call in any accepted form:
+  /call TOOL {"arg": "value"}        (shorthand)
+  <tool_call>{"name": "TOOL", "arguments": {...}}</tool_call>
+Commands: /tools (list tools), /oracle (show the reference solution), /quit"""
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    import gymnasium as gym
+
+    import trace_gym  # noqa: F401
+    from trace_gym.core.env import render_conversation
+    from trace_gym.registration import resolve_env_id
+
+    args.env_id = resolve_env_id(args.env_id)
+    env = gym.make(args.env_id, **({"difficulty": args.difficulty} if args.difficulty is not None else {}))
+    options: dict[str, Any] = {"hint": args.hint}
+    if args.split != "none":
+        options["split"] = args.split
+    obs, info = env.reset(seed=args.seed, options=options)
+    console.print(f"[bold]{args.env_id}[/bold] seed {args.seed} ({args.split} split)\n{PLAY_HELP}\n")
+    _print_tools(info["tools"])
+    console.print(render_conversation(obs), markup=False)
+    shown = len(obs)
+    while True:
+        try:
+            line = input("agent> ").strip()
+        except EOFError:
+            console.print("\n(end of input: leaving the episode unfinished)")
+            return 1
+        if line in ("/quit", "/exit"):
+            return 1
+        if line == "/tools":
+            _print_tools(info["tools"])
+            continue
+        if line == "/oracle":
+            for action in env.unwrapped.oracle_actions():
+                console.print(json.dumps(action), markup=False)
+            continue
+        action: Any = line
+        if line.startswith("/call "):
+            name, _, arguments = line[len("/call ") :].partition(" ")
+            action = f'<tool_call>{{"name": {json.dumps(name)}, "arguments": {arguments.strip() or "{}"}}}</tool_call>'
+        obs, reward, terminated, truncated, info = env.step(action)
+        console.print(render_conversation(obs[shown:]), markup=False)
+        shown = len(obs)
+        if info.get("invalid_action"):
+            console.print(f"[yellow]invalid action: {info['invalid_action']}[/yellow]")
+        if terminated or truncated:
+            console.print(f"[bold]episode {'terminated' if terminated else 'truncated'}; reward {reward:.2f}[/bold]")
+            console.print(f"reward components: {info.get('reward_components')}", markup=False)
+            console.print(f"requirements: {info.get('requirements')}", markup=False)
+            return 0
+
+
+def _print_tools(tools: list[dict[str, Any]]) -> None:
+    table = Table(title="tools")
+    table.add_column("name")
+    table.add_column("parameters")
+    table.add_column("description")
+    for tool in tools:
+        fn = tool["function"]
+        params = fn.get("parameters", {}).get("properties", {})
+        table.add_row(fn["name"], ", ".join(params), fn.get("description", ""))
+    console.print(table)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trace", description="Capability-targeted agentic training.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    envs = sub.add_parser("envs", help="list registered trace environments")
+    envs.set_defaults(func=cmd_envs)
+
+    check = sub.add_parser("check", help="run the validation suite on an env")
+    check.add_argument("env_id")
+    check.add_argument("--seeds", type=int, default=100, help="seeds for uniqueness and oracle checks")
+    check.add_argument("--degenerate-seeds", type=int, default=100, help="seeds per degenerate policy")
+    check.add_argument("--degenerate-max", type=float, default=0.05, help="max mean reward of a degenerate policy")
+    check.add_argument("--min-unique", type=float, default=0.99, help="min share of unique instances")
+    check.add_argument("--split", default="train", choices=["train", "test", "none"])
+    check.add_argument("--difficulty", type=int, default=None)
+    check.add_argument("--json", help="also write the results to this JSON file")
+    check.set_defaults(func=cmd_check)
+
+    play = sub.add_parser("play", help="play the agent in the terminal")
+    play.add_argument("env_id")
+    play.add_argument("--seed", type=int, default=0)
+    play.add_argument("--split", default="train", choices=["train", "test", "none"])
+    play.add_argument("--difficulty", type=int, default=None)
+    play.add_argument("--hint", action="store_true", help="show the expert hint in the system prompt")
+    play.set_defaults(func=cmd_play)
+
+    try:
+        from trace_train import commands as train_commands
+    except ImportError as err:  # the env commands work without the training stack
+        train_commands = None
+        missing = err
+    if train_commands is not None:
+        train_commands.register(sub)
+    else:
+        for name in ("train", "sft", "evaluate"):
+            stub = sub.add_parser(name, help=f"unavailable: {missing}")
+            stub.set_defaults(func=lambda _a, e=missing: _missing(e))
+    return parser
+
+
+def _missing(err: ImportError) -> int:
+    console.print(f"[red]training commands need the full install: {err}[/red]")
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except gym_errors() as err:
+        console.print(f"error: {err}", style="red", markup=False)
+        return 2
+
+
+def gym_errors() -> tuple[type[Exception], ...]:
+    from gymnasium import error
+
+    return (error.Error, ValueError, FileNotFoundError)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

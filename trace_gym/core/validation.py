@@ -1,0 +1,309 @@
+"""The validation suite behind ``trace check``; synthesis reuses it to vet generated envs.
+
+Each check returns a :class:`CheckResult` with a figure (what it measured) so that reports show numbers, not
+just ticks. The checks, in order:
+
+* ``check_env``: Gymnasium's own checker on the unwrapped env, and the passive checker of ``gym.make``, with
+  every warning counted as a failure;
+* ``determinism``: the same seed and actions give identical instances, observations, rewards and infos;
+* ``unique_instances``: share of distinct rendered instances over the seeds;
+* ``oracle``: ``oracle_actions()`` scores 1.0 on every seed;
+* ``degenerate/<policy>``: empty reply, immediate final answer, random valid tool calls, one call repeated,
+  every write tool called; each must score near 0 on average;
+* ``fuzz``: random strings, random JSON, wrong argument types and unicode never raise, are flagged in
+  ``info["invalid_action"]`` when not a plain reply, and leave the world state unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import traceback
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.utils.env_checker import check_env, data_equivalence
+
+from trace_gym.core.env import ChatToolEnv
+
+INVALID_KINDS = {None, "parse", "unknown_tool", "schema", "precondition"}
+DegeneratePolicy = Callable[[ChatToolEnv, np.random.Generator], Iterator[Any]]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    passed: bool
+    figure: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    seeds: int = 100
+    split: str | None = "train"
+    min_unique_share: float = 0.99
+    degenerate_seeds: int = 50
+    degenerate_max_mean: float = 0.05
+    fuzz_seeds: int = 10
+    fuzz_actions_per_seed: int = 40
+    determinism_seeds: int = 5
+
+
+def validate_env(env_id: str, config: ValidationConfig | None = None, **make_kwargs: Any) -> list[CheckResult]:
+    """Run every check on a registered env id; never raises for a failing env (failures are results)."""
+    config = config or ValidationConfig()
+    checks: list[tuple[str, Callable[[], CheckResult | list[CheckResult]]]] = [
+        ("check_env", lambda: _check_gymnasium(env_id, make_kwargs)),
+        ("determinism", lambda: _check_determinism(env_id, make_kwargs, config)),
+        ("unique_instances", lambda: _check_unique(env_id, make_kwargs, config)),
+        ("oracle", lambda: _check_oracle(env_id, make_kwargs, config)),
+        ("degenerate", lambda: _check_degenerate(env_id, make_kwargs, config)),
+        ("fuzz", lambda: _check_fuzz(env_id, make_kwargs, config)),
+    ]
+    results: list[CheckResult] = []
+    for name, run in checks:
+        try:
+            outcome = run()
+        except Exception as err:  # noqa: BLE001 - a crashing check is a failed check, with its traceback
+            detail = "".join(traceback.format_exception_only(type(err), err)).strip()
+            results.append(CheckResult(name, False, "raised", detail + "\n" + traceback.format_exc(limit=4)))
+            continue
+        results.extend(outcome if isinstance(outcome, list) else [outcome])
+    return results
+
+
+def _make(env_id: str, make_kwargs: dict[str, Any]) -> ChatToolEnv:
+    env = gym.make(env_id, **make_kwargs).unwrapped
+    if not isinstance(env, ChatToolEnv):
+        raise TypeError(f"{env_id} is a {type(env).__name__}, not a trace ChatToolEnv")
+    return env
+
+
+def _reset(env: ChatToolEnv, seed: int, config: ValidationConfig, **options: Any):
+    if config.split is not None:
+        options["split"] = config.split
+    return env.reset(seed=seed, options=options)
+
+
+def _check_gymnasium(env_id: str, make_kwargs: dict[str, Any]) -> CheckResult:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        env = gym.make(env_id, **make_kwargs)
+        check_env(env.unwrapped)
+        # The passive checker wraps gym.make's env: exercise it with a reset and a step.
+        env.reset(seed=0)
+        env.step(env.action_space.sample())
+        env.close()
+    messages = sorted({str(w.message) for w in caught})
+    return CheckResult("check_env", not messages, f"{len(messages)} warnings", "\n".join(messages))
+
+
+def _rollout(env: ChatToolEnv, actions: list[Any]) -> list[Any]:
+    trace = []
+    for action in actions:
+        obs, reward, terminated, truncated, info = env.step(action)
+        trace.append((obs, reward, terminated, truncated, info))
+        if terminated or truncated:
+            break
+    return trace
+
+
+def _check_determinism(env_id: str, make_kwargs: dict[str, Any], config: ValidationConfig) -> CheckResult:
+    first, second = _make(env_id, make_kwargs), _make(env_id, make_kwargs)
+    mismatches = []
+    for seed in range(config.determinism_seeds):
+        runs = []
+        for env in (first, second):
+            obs, info = _reset(env, seed, config)
+            env.action_space.seed(seed)
+            sampled = [env.action_space.sample() for _ in range(5)]
+            obs2, info2 = _reset(env, seed, config)
+            runs.append((obs, info, env.render_instance(), _rollout(env, env.oracle_actions()), obs2, info2))
+            _reset(env, seed, config)
+            runs[-1] += (_rollout(env, sampled),)
+        if not data_equivalence(runs[0], runs[1], exact=True):
+            mismatches.append(seed)
+        elif not data_equivalence(runs[0][0], runs[0][4], exact=True):
+            mismatches.append(seed)  # resetting twice with one seed must give one instance
+    checked = config.determinism_seeds
+    return CheckResult(
+        "determinism",
+        not mismatches,
+        f"{checked - len(mismatches)}/{checked} seeds identical",
+        f"differing seeds: {mismatches}" if mismatches else "",
+    )
+
+
+def _check_unique(env_id: str, make_kwargs: dict[str, Any], config: ValidationConfig) -> CheckResult:
+    env = _make(env_id, make_kwargs)
+    digests = set()
+    for seed in range(config.seeds):
+        _reset(env, seed, config)
+        digests.add(hashlib.sha256(env.render_instance().encode()).hexdigest())
+    share = len(digests) / config.seeds
+    return CheckResult(
+        "unique_instances",
+        share >= config.min_unique_share,
+        f"{share:.1%} unique over {config.seeds} seeds",
+        f"need >= {config.min_unique_share:.0%}",
+    )
+
+
+def _check_oracle(env_id: str, make_kwargs: dict[str, Any], config: ValidationConfig) -> CheckResult:
+    env = _make(env_id, make_kwargs)
+    failures = []
+    rewards = []
+    for seed in range(config.seeds):
+        _reset(env, seed, config)
+        trace = _rollout(env, env.oracle_actions())
+        reward = trace[-1][1] if trace and (trace[-1][2] or trace[-1][3]) else 0.0
+        rewards.append(reward)
+        if reward != 1.0:
+            components = trace[-1][4].get("reward_components") if trace else None
+            failures.append(f"seed {seed}: reward {reward} {components}")
+    return CheckResult(
+        "oracle",
+        not failures,
+        f"{sum(r == 1.0 for r in rewards)}/{len(rewards)} seeds at 1.0",
+        "\n".join(failures[:10]),
+    )
+
+
+# ---- degenerate policies --------------------------------------------------------------------------------------
+def _valid_call(env: ChatToolEnv, rng: np.random.Generator, tool: dict[str, Any] | None = None) -> dict[str, Any]:
+    tool = tool or env.tools[int(rng.integers(len(env.tools)))]
+    fn = tool["function"]
+    arguments = env.action_space.sample_arguments(fn.get("parameters", {}), rng)
+    return {"content": "", "tool_calls": [{"type": "function", "function": {"name": fn["name"], "arguments": json.dumps(arguments)}}]}
+
+
+def _empty(env: ChatToolEnv, rng: np.random.Generator) -> Iterator[Any]:
+    while True:
+        yield ""
+
+
+def _immediate_answer(env: ChatToolEnv, rng: np.random.Generator) -> Iterator[Any]:
+    while True:
+        yield "I have taken care of everything you asked for. Is there anything else I can help with?"
+
+
+def _random_valid_calls(env: ChatToolEnv, rng: np.random.Generator) -> Iterator[Any]:
+    while True:
+        yield _valid_call(env, rng) if env.tools else "ok"
+
+
+def _repeat_one_call(env: ChatToolEnv, rng: np.random.Generator) -> Iterator[Any]:
+    action = _valid_call(env, rng) if env.tools else "ok"
+    while True:
+        yield action
+
+
+def _every_write_tool(env: ChatToolEnv, rng: np.random.Generator) -> Iterator[Any]:
+    for tool in env.domain_tools:
+        if tool.kind == "write":
+            yield _valid_call(env, rng, tool.schema)
+    while True:
+        yield "Done, everything is taken care of."
+
+
+DEGENERATE_POLICIES: dict[str, DegeneratePolicy] = {
+    "empty_reply": _empty,
+    "immediate_answer": _immediate_answer,
+    "random_valid_calls": _random_valid_calls,
+    "repeat_one_call": _repeat_one_call,
+    "every_write_tool": _every_write_tool,
+}
+
+
+def run_policy(env: ChatToolEnv, policy: DegeneratePolicy, seed: int, config: ValidationConfig) -> float:
+    """Play one episode with a scripted policy; returns the final reward."""
+    _reset(env, seed, config)
+    rng = np.random.default_rng(seed)
+    for action in policy(env, rng):
+        _, reward, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            return float(reward)
+    return 0.0
+
+
+def _check_degenerate(env_id: str, make_kwargs: dict[str, Any], config: ValidationConfig) -> list[CheckResult]:
+    env = _make(env_id, make_kwargs)
+    results = []
+    for name, policy in DEGENERATE_POLICIES.items():
+        rewards = [run_policy(env, policy, seed, config) for seed in range(config.degenerate_seeds)]
+        mean = float(np.mean(rewards))
+        results.append(
+            CheckResult(
+                f"degenerate/{name}",
+                mean <= config.degenerate_max_mean,
+                f"mean reward {mean:.3f}, success {np.mean(np.array(rewards) == 1.0):.1%} over {len(rewards)} seeds",
+                f"need mean <= {config.degenerate_max_mean}",
+            )
+        )
+    return results
+
+
+# ---- fuzzing --------------------------------------------------------------------------------------------------
+FUZZ_TEXT = ["", " ", "\x00", "🙂" * 50, "<tool_call>", "</tool_call>", "{", "[]", "null", "```json\n{\n```", "é\u202e"]
+
+
+def fuzz_action(env: ChatToolEnv, rng: np.random.Generator) -> Any:
+    """One hostile action: random text, random JSON, wrong argument types, unknown tools, odd unicode."""
+    kind = int(rng.integers(7))
+    name = env.tools[int(rng.integers(len(env.tools)))]["function"]["name"] if env.tools else "tool"
+    if kind == 0:
+        return "".join(chr(int(c)) for c in rng.integers(1, 0x2FFF, size=int(rng.integers(0, 40))))
+    if kind == 1:
+        return FUZZ_TEXT[int(rng.integers(len(FUZZ_TEXT)))]
+    if kind == 2:
+        return json.dumps({"name": name, "arguments": {"x": [1, {"y": None}], "id": 3.5}})
+    if kind == 3:  # right names, wrong types
+        fn = next(t["function"] for t in env.tools if t["function"]["name"] == name) if env.tools else {}
+        props = fn.get("parameters", {}).get("properties", {})
+        wrong = {key: [int(rng.integers(9))] if rng.random() < 0.5 else {"bad": True} for key in props}
+        return {"content": None, "tool_calls": [{"function": {"name": name, "arguments": wrong}}]}
+    if kind == 4:
+        return f'<tool_call>{{"name": "{name}", "arguments": "{{\\"a\\": }}"}}</tool_call>'
+    if kind == 5:
+        return {"content": 5, "tool_calls": "x"}
+    return {"content": "", "tool_calls": [{"function": {"name": "💥", "arguments": "[]"}}]}
+
+
+def _check_fuzz(env_id: str, make_kwargs: dict[str, Any], config: ValidationConfig) -> CheckResult:
+    env = _make(env_id, make_kwargs)
+    problems: list[str] = []
+    steps = invalid = 0
+    for seed in range(config.fuzz_seeds):
+        _reset(env, seed, config)
+        rng = np.random.default_rng(10_000 + seed)
+        for _ in range(config.fuzz_actions_per_seed):
+            action = fuzz_action(env, rng)
+            before = env.world.state_hash() if env.world is not None else None
+            try:
+                obs, reward, terminated, truncated, info = env.step(action)
+            except Exception as err:  # noqa: BLE001 - the contract is that step never raises on bad input
+                problems.append(f"seed {seed}: step raised {err!r} on {action!r}")
+                break
+            steps += 1
+            kind = info.get("invalid_action")
+            if kind not in INVALID_KINDS:
+                problems.append(f"seed {seed}: invalid_action {kind!r} is not a known kind")
+            if kind is not None:
+                invalid += 1
+                if env.world is not None and env.world.state_hash() != before:
+                    problems.append(f"seed {seed}: invalid action {action!r} changed the world state")
+            if not env.observation_space.contains(obs) or not 0.0 <= reward <= 1.0:
+                problems.append(f"seed {seed}: bad observation or reward after {action!r}")
+            if terminated or truncated:
+                _reset(env, seed, config)
+    return CheckResult(
+        "fuzz",
+        not problems,
+        f"{steps} fuzzed steps, {invalid} flagged invalid, {len(problems)} problems",
+        "\n".join(problems[:10]),
+    )
