@@ -1,0 +1,132 @@
+"""Minimal chat/tool Gymnasium envs for the trainer tests (independent of trace_gym)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import gymnasium as gym
+
+LOOKUP_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "description": "Look up the value stored under a key.",
+        "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
+    },
+}
+CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+
+
+class TextSpace(gym.Space):
+    def __init__(self):
+        super().__init__(shape=None, dtype=None)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str | dict | list)
+
+    def sample(self, mask=None, probability=None):
+        return "a"
+
+
+class EchoEnv(gym.Env):
+    """Single turn, plain-string observation (the third-party shape): say the secret letter."""
+
+    def __init__(self):
+        self.observation_space = TextSpace()
+        self.action_space = TextSpace()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.letter = "ab"[int(self.np_random.integers(2))]
+        return f"Reply with the single letter {self.letter}.", {}
+
+    def step(self, action):
+        text = action if isinstance(action, str) else action.get("content", "")
+        reward = 1.0 if self.letter in text else 0.0
+        return "done", reward, True, False, {}
+
+
+class LookupEnv(gym.Env):
+    """Multi-turn tool env: call lookup(key), then answer with the value. Hints and oracle supported."""
+
+    BASE = "You answer questions using tools."
+
+    def __init__(self):
+        self.observation_space = TextSpace()
+        self.action_space = TextSpace()
+        self.tools = [LOOKUP_TOOL]
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        options = options or {}
+        self.key = f"k{int(self.np_random.integers(100))}"
+        self.value = str(int(self.np_random.integers(1000)))
+        system = self.BASE + (" Hint: call lookup first." if options.get("hint") else "")
+        self.messages = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": f"What is stored under {self.key}?"},
+        ]
+        self.turn = 0
+        return list(self.messages), {"tools": self.tools, "base_system_prompt": self.BASE}
+
+    def oracle_actions(self):
+        return [
+            {
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "c0",
+                        "type": "function",
+                        "function": {"name": "lookup", "arguments": json.dumps({"key": self.key})},
+                    }
+                ],
+            },
+            {"content": f"The value is {self.value}."},
+        ]
+
+    def step(self, action):
+        self.turn += 1
+        if isinstance(action, dict):
+            content = action.get("content") or ""
+            calls = [
+                (c["function"]["name"], json.loads(c["function"]["arguments"]))
+                for c in action.get("tool_calls") or []
+            ]
+        else:
+            content = CALL_RE.sub("", action).strip()
+            calls = []
+            for block in CALL_RE.findall(action):
+                try:
+                    obj = json.loads(block)
+                    calls.append((obj["name"], obj.get("arguments", {})))
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    calls.append(("?", {}))
+        info: dict[str, Any] = {"tools": self.tools}
+        if calls:
+            tool_calls = [
+                {
+                    "id": f"c{self.turn}{i}",
+                    "type": "function",
+                    "function": {"name": n, "arguments": json.dumps(a)},
+                }
+                for i, (n, a) in enumerate(calls)
+            ]
+            self.messages.append({"role": "assistant", "content": content, "tool_calls": tool_calls})
+            for tc, (n, a) in zip(tool_calls, calls, strict=True):
+                if n == "lookup" and isinstance(a, dict) and a.get("key") == self.key:
+                    out = self.value
+                else:
+                    out, info["invalid_action"] = "error: unknown key or tool", "schema"
+                self.messages.append({"role": "tool", "tool_call_id": tc["id"], "content": out})
+            return list(self.messages), 0.0, False, self.turn >= 4, info
+        self.messages.append({"role": "assistant", "content": content})
+        reward = 1.0 if self.value in content else 0.0
+        return list(self.messages), reward, True, False, info
+
+
+def register() -> None:
+    for name, cls in (("traintest/echo-v0", EchoEnv), ("traintest/lookup-v0", LookupEnv)):
+        if name not in gym.registry:
+            gym.register(name, entry_point=cls)

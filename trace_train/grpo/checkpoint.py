@@ -1,0 +1,140 @@
+"""Atomic, exactly-resumable checkpoints: adapter (PEFT format), optimiser, RNG states, step counters."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from peft import PeftModel, set_peft_model_state_dict
+from safetensors.torch import load_file
+
+# Settings that must match for a resume to be meaningful (everything else, e.g. --steps, may change).
+RESUME_KEYS = (
+    "env_id",
+    "model",
+    "lora_rank",
+    "lora_alpha",
+    "lora_target_modules",
+    "group_size",
+    "groups_per_step",
+    "loss_type",
+)
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+def rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def save_checkpoint(
+    root: Path,
+    step: int,
+    model: PeftModel,
+    optimizer: torch.optim.Optimizer,
+    trainer_state: dict[str, Any],
+    config: dict[str, Any],
+    rank: int = 0,
+    world_size: int = 1,
+    is_main: bool = True,
+    barrier=lambda: None,
+) -> Path:
+    """Write ``root/step-XXXXXXX`` via a temp dir + rename, then point ``root/latest`` at it (also atomic)."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step:07d}"
+    staging = root / f".staging-step-{step:07d}"
+    if is_main:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+    barrier()
+    # every rank writes its own RNG state (ranks sample differently)
+    torch.save(rng_state(), staging / f"rng-rank{rank}.pt")
+    if is_main:
+        model.save_pretrained(staging / "adapter")
+        torch.save(
+            {"optimizer": optimizer.state_dict(), "trainer_state": trainer_state, "world_size": world_size},
+            staging / "trainer.pt",
+        )
+        (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True, default=str))
+    barrier()
+    if is_main:
+        (staging / "COMPLETE").write_text(str(step))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(staging, final)
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=".latest-")
+        with os.fdopen(fd, "w") as f:
+            f.write(final.name)
+        os.replace(tmp, root / "latest")
+    barrier()
+    return final
+
+
+def find_checkpoint(path: Path) -> Path:
+    """Accept a checkpoint dir, a checkpoints root (uses ``latest``) or a run dir (``<run>/checkpoints``)."""
+    if (path / "checkpoints" / "latest").is_file():
+        path = path / "checkpoints"
+    if (path / "latest").is_file():
+        path = path / (path / "latest").read_text().strip()
+    if not (path / "COMPLETE").is_file():
+        raise CheckpointError(f"{path} is not a complete trace checkpoint (missing COMPLETE marker)")
+    return path
+
+
+def load_checkpoint(
+    path: Path,
+    model: PeftModel,
+    optimizer: torch.optim.Optimizer,
+    config: dict[str, Any],
+    rank: int = 0,
+    world_size: int = 1,
+) -> dict[str, Any]:
+    """Restore everything in place and return the trainer state; raise CheckpointError with the reason."""
+    ckpt = find_checkpoint(path)
+    try:
+        saved_config = json.loads((ckpt / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{ckpt}: unreadable config.json ({e})") from e
+    mismatched = {
+        k: (saved_config.get(k), config.get(k)) for k in RESUME_KEYS if saved_config.get(k) != config.get(k)
+    }
+    if mismatched:
+        detail = ", ".join(f"{k}: checkpoint={a!r} now={b!r}" for k, (a, b) in mismatched.items())
+        raise CheckpointError(f"checkpoint {ckpt} does not match this run ({detail})")
+    try:
+        blob = torch.load(ckpt / "trainer.pt", map_location="cpu", weights_only=False)
+        weights = load_file(str(ckpt / "adapter" / "adapter_model.safetensors"))
+        rng = torch.load(ckpt / f"rng-rank{rank}.pt", map_location="cpu", weights_only=False)
+    except Exception as e:  # truncated or garbled files
+        raise CheckpointError(f"{ckpt}: corrupt checkpoint ({type(e).__name__}: {e})") from e
+    if blob.get("world_size", 1) != world_size:
+        raise CheckpointError(
+            f"checkpoint {ckpt} was written by {blob.get('world_size')} processes, this run has {world_size}"
+        )
+    result = set_peft_model_state_dict(model, weights)
+    unexpected = getattr(result, "unexpected_keys", [])
+    if unexpected:
+        raise CheckpointError(
+            f"{ckpt}: adapter does not fit this model (unexpected keys {unexpected[:3]}...)"
+        )
+    try:
+        optimizer.load_state_dict(blob["optimizer"])
+    except (ValueError, KeyError) as e:
+        raise CheckpointError(f"{ckpt}: optimizer state does not fit ({e})") from e
+    set_rng_state(rng)
+    return blob["trainer_state"]

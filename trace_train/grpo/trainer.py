@@ -1,0 +1,389 @@
+"""Seed-grouped GRPO for one LoRA adapter against any chat/text Gymnasium env.
+
+One step:
+  1. collect ``groups_per_step`` groups of ``group_size`` rollouts; a group shares one seed (one task), and
+     its first ``round(hint_fraction * group_size)`` members are reset with ``options={"hint": True}``;
+  2. count groups whose rewards are all equal and, with dynamic sampling, replace them with fresh groups;
+  3. advantages normalised inside each group; hint rollouts are trained on the base system prompt;
+  4. ``ppo_epochs`` passes over the batch, ``num_minibatches`` optimiser steps per pass, each accumulated
+     over micro-batches; optional k3 KL against the base model (the same weights with the adapter off);
+  5. metrics, and an atomic checkpoint every ``save_every`` steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import resource
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trace_train.envs import make_env, split_seed
+from trace_train.grpo.advantages import group_advantages, informative_groups
+from trace_train.grpo.checkpoint import load_checkpoint, save_checkpoint
+from trace_train.grpo.logprobs import pad_batch, sequence_logprobs
+from trace_train.grpo.losses import LossConfig, normaliser, policy_loss, token_weights
+from trace_train.metrics import MetricsLogger
+from trace_train.policies.base import SamplingConfig
+from trace_train.policies.hf import HFPolicy, LoraSettings, attach_lora
+from trace_train.rollout import ResetSpec, RolloutStats, Trajectory, collect
+
+
+@dataclass
+class GRPOArgs:
+    env_id: str
+    model: str = "smollm2-135m"
+    out: str = "runs/grpo"
+    init_adapter: str | None = None  # start from an existing adapter (e.g. `trace sft` output)
+    steps: int = 20
+    groups_per_step: int = 4  # per process
+    group_size: int = 8
+    hint_fraction: float = 0.0
+    difficulty: int | None = None
+    seed: int = 0
+    # decoding
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 128
+    max_turns: int = 6
+    max_total_tokens: int = 3072
+    # loss
+    loss_type: str = "grpo"
+    beta: float = 0.0
+    clip_eps_low: float = 0.2
+    clip_eps_high: float | None = None
+    # optimisation
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    ppo_epochs: int = 1
+    num_minibatches: int = 1
+    micro_batch_size: int = 8
+    dynamic_sampling: bool = False
+    max_refill_rounds: int = 2
+    # LoRA
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_target_modules: list[str] = field(default_factory=lambda: list(LoraSettings().target_modules))
+    dtype: str = "float32"
+    # bookkeeping
+    save_every: int = 10
+    resume: str | None = None
+    tensorboard: bool = True
+    progress: bool = True
+
+    def lora(self) -> LoraSettings:
+        return LoraSettings(
+            self.lora_rank, self.lora_alpha, self.lora_dropout, list(self.lora_target_modules)
+        )
+
+    def loss_config(self) -> LossConfig:
+        return LossConfig(self.loss_type, self.clip_eps_low, self.clip_eps_high, self.beta)
+
+
+class NonFiniteError(FloatingPointError):
+    pass
+
+
+def _peak_memory_mb() -> float:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+class GRPOTrainer:
+    """Readable GRPO loop. Works with one process or under ``accelerate launch`` (data parallel)."""
+
+    def __init__(self, args: GRPOArgs, policy: HFPolicy | None = None, accelerator=None):
+        from accelerate import Accelerator
+
+        self.args = args
+        self.loss_cfg = args.loss_config()
+        self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+        self.rank, self.world = self.acc.process_index, self.acc.num_processes
+        torch.manual_seed(args.seed * 1009 + self.rank)  # ranks sample differently
+        if policy is None:
+            policy = HFPolicy.from_pretrained(
+                args.model, adapter=args.init_adapter, lora=args.lora(), dtype=args.dtype
+            )
+        elif not hasattr(policy.model, "disable_adapter"):
+            policy.model = attach_lora(policy.model, args.lora(), args.init_adapter)
+        self.policy = policy
+        self.policy.model.to(self.acc.device)
+        params = [p for p in policy.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
+        self.model, self.optimizer = self.acc.prepare(policy.model, self.optimizer)
+        self.policy.model = self.acc.unwrap_model(self.model)  # generation uses the bare PeftModel
+        self.sampling = SamplingConfig(
+            temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens
+        )
+        n_envs = args.groups_per_step * args.group_size
+        self.envs = [make_env(args.env_id) for _ in range(n_envs)]
+        self.state: dict[str, Any] = {"step": 0, "next_task": 0, "skipped_steps": 0}
+        self.out = Path(args.out)
+        if args.resume:
+            self.state = load_checkpoint(
+                Path(args.resume), self.policy.model, self.optimizer, self._config(), self.rank, self.world
+            )
+
+    def _config(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.args)
+
+    # ----- rollouts ---------------------------------------------------------------------------------
+    def _group_specs(self, task_indices: list[int]) -> list[ResetSpec]:
+        a = self.args
+        n_hint = round(a.hint_fraction * a.group_size)
+        specs = []
+        for g, task in enumerate(task_indices):
+            seed = split_seed("train", task)
+            for j in range(a.group_size):
+                specs.append(
+                    ResetSpec(seed=seed, group=g, hint=j < n_hint, split="train", difficulty=a.difficulty)
+                )
+        return specs
+
+    def _take_tasks(self, n: int) -> list[int]:
+        """Task indices for this rank: interleaved across ranks so no two ranks train the same seed."""
+        base = self.state["next_task"]
+        self.state["next_task"] = base + n * self.world
+        return [base + self.rank + self.world * j for j in range(n)]
+
+    def collect_groups(self, stats: RolloutStats) -> tuple[list[Trajectory], dict[str, float]]:
+        a = self.args
+        specs = self._group_specs(self._take_tasks(a.groups_per_step))
+        trajs = collect(
+            self.policy, self.envs, specs, self.sampling, a.max_turns, a.max_total_tokens, stats=stats
+        )
+        info = informative_groups([t.reward for t in trajs], [t.spec.group for t in trajs])
+        equal_groups = sum(not v for v in info.values())
+        refilled = 0
+        for _ in range(a.max_refill_rounds if a.dynamic_sampling else 0):
+            dead = [g for g, ok in info.items() if not ok]
+            # every rank must run the same number of rounds for the shared task counter to stay aligned
+            n_dead = (
+                int(self.acc.reduce(torch.tensor(len(dead)), reduction="sum").item())
+                if self.world > 1
+                else len(dead)
+            )
+            if n_dead == 0:
+                break
+            new_specs = self._group_specs(self._take_tasks(len(dead)))
+            n = len(new_specs)
+            fresh = collect(
+                self.policy,
+                self.envs[:n],
+                new_specs,
+                self.sampling,
+                a.max_turns,
+                a.max_total_tokens,
+                stats=stats,
+            )
+            fresh_info = informative_groups([t.reward for t in fresh], [t.spec.group for t in fresh])
+            for slot, (new_g, ok) in zip(dead, fresh_info.items(), strict=False):
+                if not ok:
+                    continue
+                members = [t for t in fresh if t.spec.group == new_g]
+                for t in members:  # keep the old group id so groups stay distinct
+                    t.spec = dataclasses.replace(t.spec, group=slot)
+                trajs = [t for t in trajs if t.spec.group != slot] + members
+                info[slot] = True
+                refilled += 1
+        rewards = torch.tensor([t.reward for t in trajs])
+        metrics = {
+            "reward_mean": rewards.mean().item(),
+            "reward_std": rewards.std(unbiased=False).item(),
+            "success_rate": (rewards >= 1.0).float().mean().item(),
+            "equal_reward_groups": equal_groups,
+            "refilled_groups": refilled,
+            "informative_group_share": sum(info.values()) / len(info),
+            "hint_reward_mean": _mean([t.reward for t in trajs if t.spec.hint]),
+            "turns_mean": _mean([t.turns for t in trajs]),
+            "invalid_actions_mean": _mean([t.invalid_actions for t in trajs]),
+        }
+        return trajs, metrics
+
+    # ----- optimisation -----------------------------------------------------------------------------
+    def _logprobs(self, model, seqs, masks):
+        ids, attn, pmask = pad_batch(seqs, masks, self.policy.tokenizer.pad_token_id)
+        dev = self.acc.device
+        return sequence_logprobs(model, ids.to(dev), attn.to(dev), pmask.to(dev))
+
+    @torch.no_grad()
+    def _frozen_logprobs(self, seqs, masks, ref: bool) -> list[torch.Tensor]:
+        """Per-sequence log-probs of the policy tokens (1-D), without gradients: the old policy (ratio
+        baseline) or the base model with the adapter disabled (KL reference)."""
+        out: list[torch.Tensor] = []
+        mb = self.args.micro_batch_size
+        model = self.policy.model
+        for s in range(0, len(seqs), mb):
+            if ref:
+                with model.disable_adapter():
+                    logp, tmask = self._logprobs(model, seqs[s : s + mb], masks[s : s + mb])
+            else:
+                logp, tmask = self._logprobs(model, seqs[s : s + mb], masks[s : s + mb])
+            out += [row[m > 0] for row, m in zip(logp, tmask, strict=True)]
+        return out
+
+    def optimise(self, trajs: list[Trajectory]) -> dict[str, float]:
+        a, cfg = self.args, self.loss_cfg
+        batch = [t.training_ids() for t in trajs]
+        seqs = [ids[: a.max_total_tokens] for ids, _ in batch]
+        masks = [m[: a.max_total_tokens] for _, m in batch]
+        adv = group_advantages(
+            [t.reward for t in trajs], [t.spec.group for t in trajs], scale_by_std=a.loss_type != "dr_grpo"
+        )
+        n = len(seqs)
+        n_updates = a.ppo_epochs * a.num_minibatches
+        # with one optimiser update per batch the old policy *is* the current one: use detached log-probs
+        # instead of an extra forward pass (ratio == 1, same gradient)
+        gen = torch.Generator().manual_seed(a.seed * 7919 + self.state["step"])
+        totals: dict[str, float] = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "grad_norm": 0.0}
+        n_micro = 0
+        trained_tokens = 0
+        t0 = time.perf_counter()
+        self.model.train()
+        old_cache: dict[int, torch.Tensor] = {}
+        ref_cache: dict[int, torch.Tensor] = {}
+        if n_updates > 1:
+            old_cache = dict(enumerate(self._frozen_logprobs(seqs, masks, ref=False)))
+        if cfg.beta > 0:
+            ref_cache = dict(enumerate(self._frozen_logprobs(seqs, masks, ref=True)))
+        for _epoch in range(a.ppo_epochs):
+            order = torch.randperm(n, generator=gen).tolist() if n_updates > 1 else list(range(n))
+            per_mb = math.ceil(n / a.num_minibatches)
+            for m0 in range(0, n, per_mb):
+                mb_idx = order[m0 : m0 + per_mb]
+                mb_mask = pad_batch([seqs[i] for i in mb_idx], [masks[i] for i in mb_idx], 0)[2][:, 1:]
+                norm = normaliser(mb_mask, a.loss_type, a.max_new_tokens * a.max_turns)
+                micro = [
+                    mb_idx[s : s + a.micro_batch_size] for s in range(0, len(mb_idx), a.micro_batch_size)
+                ]
+                for k, idx in enumerate(micro):
+                    ctx = self.acc.no_sync(self.model) if k < len(micro) - 1 else _nullcontext()
+                    with ctx:
+                        logp, tmask = self._logprobs(
+                            self.model, [seqs[i] for i in idx], [masks[i] for i in idx]
+                        )
+                        old_logp = (
+                            _scatter([old_cache[i] for i in idx], tmask) if old_cache else logp.detach()
+                        )
+                        ref_logp = _scatter([ref_cache[i] for i in idx], tmask) if ref_cache else None
+                        w = token_weights(tmask, a.loss_type)
+                        loss, m = policy_loss(
+                            logp, old_logp, adv[idx].to(logp.device), w, norm, cfg, ref_logp
+                        )
+                        if not torch.isfinite(loss):
+                            raise NonFiniteError(f"non-finite loss at step {self.state['step']}")
+                        self.acc.backward(loss)
+                    totals["loss"] += loss.item()
+                    totals["clip_fraction"] += m["clip_fraction"].item()
+                    totals["kl"] += m["kl"].item()
+                    trained_tokens += int(tmask.sum().item())
+                    n_micro += 1
+                grad_norm = self._clip_and_check()
+                if grad_norm is None:  # non-finite gradient: skip this update, keep the run alive
+                    self.state["skipped_steps"] += 1
+                    self.optimizer.zero_grad(set_to_none=True)
+                    continue
+                totals["grad_norm"] += grad_norm
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+        seconds = time.perf_counter() - t0
+        out = {k: v / max(n_micro, 1) for k, v in totals.items() if k != "grad_norm"}
+        out["loss"] = totals["loss"] / max(a.ppo_epochs, 1)  # summed micro losses == minibatch loss
+        out["grad_norm"] = totals["grad_norm"] / max(n_updates, 1)
+        out["train_tokens_per_s"] = trained_tokens / max(seconds, 1e-9)
+        out["train_seconds"] = seconds
+        return out
+
+    def _clip_and_check(self) -> float | None:
+        params = [p for p in self.model.parameters() if p.requires_grad and p.grad is not None]
+        if not params:
+            return 0.0
+        norm = self.acc.clip_grad_norm_(params, self.args.max_grad_norm)
+        norm = float(norm)
+        return norm if math.isfinite(norm) else None
+
+    # ----- the loop ---------------------------------------------------------------------------------
+    def train(self) -> dict[str, Any]:
+        a = self.args
+        logger = MetricsLogger(
+            self.out,
+            enabled=self.acc.is_main_process,
+            tensorboard=a.tensorboard,
+            total_steps=a.steps if a.progress else 0,
+        )
+        last: dict[str, Any] = {}
+        try:
+            while self.state["step"] < a.steps:
+                stats = RolloutStats()
+                trajs, metrics = self.collect_groups(stats)
+                metrics.update(self.optimise(trajs))
+                self.state["step"] += 1
+                metrics["gen_tokens_per_s"] = stats.generated_tokens / max(stats.generate_seconds, 1e-9)
+                metrics["gen_seconds"] = stats.generate_seconds
+                metrics["env_seconds"] = stats.env_seconds
+                metrics["peak_memory_mb"] = _peak_memory_mb()
+                metrics["skipped_updates"] = self.state["skipped_steps"]
+                metrics = self._reduce(metrics)
+                logger.log(self.state["step"], metrics)
+                last = metrics
+                if a.save_every and (self.state["step"] % a.save_every == 0 or self.state["step"] == a.steps):
+                    self.save()
+        finally:
+            logger.close()
+        if self.acc.is_main_process:
+            self.policy.model.save_pretrained(self.out / "adapter")
+        self.acc.wait_for_everyone()
+        return {"step": self.state["step"], **last}
+
+    def _reduce(self, metrics: dict[str, float]) -> dict[str, float]:
+        if self.world == 1:
+            return metrics
+        keys = sorted(k for k, v in metrics.items() if isinstance(v, int | float) and math.isfinite(v))
+        t = torch.tensor([float(metrics[k]) for k in keys], device=self.acc.device)
+        t = self.acc.reduce(t, reduction="mean")
+        return {**metrics, **dict(zip(keys, t.tolist(), strict=True))}
+
+    def save(self) -> Path:
+        return save_checkpoint(
+            self.out / "checkpoints",
+            self.state["step"],
+            self.policy.model,
+            self.optimizer,
+            dict(self.state),
+            self._config(),
+            rank=self.rank,
+            world_size=self.world,
+            is_main=self.acc.is_main_process,
+            barrier=self.acc.wait_for_everyone,
+        )
+
+
+def _scatter(rows: list[torch.Tensor], tmask: torch.Tensor) -> torch.Tensor:
+    """Place cached per-sequence policy-token log-probs at the policy positions of a micro-batch."""
+    out = torch.zeros(tmask.shape, dtype=torch.float32, device=tmask.device)
+    for i, r in enumerate(rows):
+        out[i, tmask[i] > 0] = r.to(out.device, torch.float32)
+    return out
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def train(args: GRPOArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
+    return GRPOTrainer(args, policy).train()

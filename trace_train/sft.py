@@ -1,0 +1,138 @@
+"""Supervised warm start on oracle trajectories (the paper's SFT baseline, and how the demo gets a base agent).
+
+Trajectories are produced by the same rollout code as GRPO with a "teacher" generator that emits the
+oracle's assistant turns rendered in the policy's own output format (``<tool_call>`` text + end-of-turn
+token). So the chat formatting and the token-id masks are exactly those of GRPO, and only the agent's
+tokens are trained. Only trajectories that score 1.0 when the rendered text is replayed are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trace_train.chat import assistant_text
+from trace_train.envs import make_env, split_seed
+from trace_train.grpo.logprobs import pad_batch, sequence_logprobs
+from trace_train.policies.base import SamplingConfig
+from trace_train.policies.hf import HFPolicy, LoraSettings
+from trace_train.rollout import ResetSpec, Trajectory, collect
+
+
+@dataclass
+class SFTArgs:
+    env_id: str
+    model: str = "smollm2-135m"
+    out: str = "runs/sft"
+    episodes: int = 64
+    epochs: int = 2
+    lr: float = 2e-4
+    batch_size: int = 8
+    seed: int = 0
+    seed_offset: int = 0  # first train-split task index (keep GRPO tasks separate if you like)
+    max_turns: int = 12
+    difficulty: int | None = None
+    merge: bool = False
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_target_modules: list[str] = field(default_factory=lambda: list(LoraSettings().target_modules))
+    dtype: str = "float32"
+
+
+def oracle_trajectories(
+    policy: HFPolicy, env_id: str, seeds: list[int], max_turns: int = 12, difficulty: int | None = None
+) -> tuple[list[Trajectory], int]:
+    """Replay each env's oracle through the policy's renderer; returns (successful trajectories, failures)."""
+    envs = [make_env(env_id) for _ in seeds]
+    specs = [ResetSpec(seed=s, group=i, split="train", difficulty=difficulty) for i, s in enumerate(seeds)]
+    scripts: dict[int, list[Any]] = {}
+    eos = policy.tokenizer.eos_token_id
+
+    def teacher(_prompts: list[list[int]], active: list[int], turn: int) -> list[list[int]]:
+        out = []
+        for i in active:
+            if i not in scripts:  # first call for this env: reset has happened inside collect
+                scripts[i] = list(envs[i].unwrapped.oracle_actions())
+            actions = scripts[i]
+            text = assistant_text(actions[turn]) if turn < len(actions) else ""
+            out.append(policy.renderer.encode(text) + [eos])
+        return out
+
+    trajs = collect(policy, envs, specs, SamplingConfig(temperature=0.0), max_turns, generator=teacher)
+    ok = [t for t in trajs if t.reward >= 1.0]
+    return ok, len(trajs) - len(ok)
+
+
+def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
+    torch.manual_seed(args.seed)
+    random.seed(args.seed)
+    lora = LoraSettings(args.lora_rank, args.lora_alpha, args.lora_dropout, list(args.lora_target_modules))
+    policy = policy or HFPolicy.from_pretrained(args.model, lora=lora, dtype=args.dtype)
+    if not hasattr(policy.model, "disable_adapter"):
+        from trace_train.policies.hf import attach_lora
+
+        policy.model = attach_lora(policy.model, lora, None)
+    seeds = [split_seed("train", args.seed_offset + i) for i in range(args.episodes)]
+    trajs, failed = oracle_trajectories(policy, args.env_id, seeds, args.max_turns, args.difficulty)
+    if not trajs:
+        raise RuntimeError(f"no oracle trajectory of {args.env_id} scored 1.0 ({failed} failed)")
+    data = [t.training_ids() for t in trajs]
+    model = policy.model
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr)
+    steps_total = args.epochs * math.ceil(len(data) / args.batch_size)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 - s / max(steps_total, 1))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = open(out / "sft_metrics.jsonl", "w", encoding="utf-8")  # noqa: SIM115
+    model.train()
+    step, t0 = 0, time.perf_counter()
+    rng = random.Random(args.seed)
+    losses = []
+    for epoch in range(args.epochs):
+        order = list(range(len(data)))
+        rng.shuffle(order)
+        for b in range(0, len(order), args.batch_size):
+            batch = [data[i] for i in order[b : b + args.batch_size]]
+            ids, attn, pmask = pad_batch(
+                [x for x, _ in batch], [m for _, m in batch], policy.tokenizer.pad_token_id
+            )
+            logp, tmask = sequence_logprobs(model, ids, attn, pmask)
+            loss = -(logp * tmask).sum() / tmask.sum().clamp(min=1)  # token-level NLL of agent tokens only
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"non-finite SFT loss at step {step}")
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            losses.append(loss.item())
+            log.write(json.dumps({"step": step, "epoch": epoch, "loss": loss.item()}) + "\n")
+            log.flush()
+    log.close()
+    model.save_pretrained(out / "adapter")
+    policy.tokenizer.save_pretrained(out / "adapter")
+    summary = {
+        "trajectories": len(trajs),
+        "oracle_failures": failed,
+        "steps": step,
+        "first_loss": losses[0],
+        "final_loss": losses[-1],
+        "seconds": time.perf_counter() - t0,
+        "adapter": str(out / "adapter"),
+    }
+    if args.merge:
+        merged = model.merge_and_unload()
+        merged.save_pretrained(out / "merged")
+        policy.tokenizer.save_pretrained(out / "merged")
+        summary["merged"] = str(out / "merged")
+    (out / "sft_summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
