@@ -1,9 +1,9 @@
 """The ``trace`` command line: environment commands here, training commands from ``trace_train.commands``.
 
-    trace envs                              table of registered trace envs
-    trace check ENV_ID [--seeds N]          validation suite; exit status 1 when a check fails
-    trace play ENV_ID --seed S              play the agent's side of an episode in the terminal
-    trace train / sft / evaluate ...        see ``trace_train.commands`` (docs/training.md)
+trace envs                              table of registered trace envs
+trace check ENV_ID [--seeds N]          validation suite; exit status 1 when a check fails
+trace play ENV_ID --seed S              play the agent's side of an episode in the terminal
+trace train / sft / evaluate ...        see ``trace_train.commands`` (docs/training.md)
 """
 
 from __future__ import annotations
@@ -123,7 +123,9 @@ def cmd_play(args: argparse.Namespace) -> int:
         if info.get("invalid_action"):
             console.print(f"[yellow]invalid action: {info['invalid_action']}[/yellow]")
         if terminated or truncated:
-            console.print(f"[bold]episode {'terminated' if terminated else 'truncated'}; reward {reward:.2f}[/bold]")
+            console.print(
+                f"[bold]episode {'terminated' if terminated else 'truncated'}; reward {reward:.2f}[/bold]"
+            )
             console.print(f"reward components: {info.get('reward_components')}", markup=False)
             console.print(f"requirements: {info.get('requirements')}", markup=False)
             return 0
@@ -152,7 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("env_id")
     check.add_argument("--seeds", type=int, default=100, help="seeds for uniqueness and oracle checks")
     check.add_argument("--degenerate-seeds", type=int, default=100, help="seeds per degenerate policy")
-    check.add_argument("--degenerate-max", type=float, default=0.05, help="max mean reward of a degenerate policy")
+    check.add_argument(
+        "--degenerate-max", type=float, default=0.05, help="max mean reward of a degenerate policy"
+    )
     check.add_argument("--min-unique", type=float, default=0.99, help="min share of unique instances")
     check.add_argument("--split", default="train", choices=["train", "test", "none"])
     check.add_argument("--difficulty", type=int, default=None)

@@ -66,7 +66,11 @@ def resolve_env_id(env_id: str) -> str:
             raise gym.error.Error(f"cannot import {module!r} for env id {env_id!r}: {err}") from err
     else:
         bare = env_id
-    gym.spec(bare)
+    try:
+        gym.spec(bare)
+    except gym.error.Error as err:
+        known = ", ".join(trace_env_ids()) or "none"
+        raise gym.error.Error(f"unknown env id {bare!r} ({err}). Registered trace envs: {known}") from None
     return bare
 
 

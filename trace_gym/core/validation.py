@@ -54,7 +54,9 @@ class ValidationConfig:
     determinism_seeds: int = 5
 
 
-def validate_env(env_id: str, config: ValidationConfig | None = None, **make_kwargs: Any) -> list[CheckResult]:
+def validate_env(
+    env_id: str, config: ValidationConfig | None = None, **make_kwargs: Any
+) -> list[CheckResult]:
     """Run every check on a registered env id; never raises for a failing env (failures are results)."""
     config = config or ValidationConfig()
     checks: list[tuple[str, Callable[[], CheckResult | list[CheckResult]]]] = [
@@ -175,11 +177,18 @@ def _check_oracle(env_id: str, make_kwargs: dict[str, Any], config: ValidationCo
 
 
 # ---- degenerate policies --------------------------------------------------------------------------------------
-def _valid_call(env: ChatToolEnv, rng: np.random.Generator, tool: dict[str, Any] | None = None) -> dict[str, Any]:
+def _valid_call(
+    env: ChatToolEnv, rng: np.random.Generator, tool: dict[str, Any] | None = None
+) -> dict[str, Any]:
     tool = tool or env.tools[int(rng.integers(len(env.tools)))]
     fn = tool["function"]
     arguments = env.action_space.sample_arguments(fn.get("parameters", {}), rng)
-    return {"content": "", "tool_calls": [{"type": "function", "function": {"name": fn["name"], "arguments": json.dumps(arguments)}}]}
+    return {
+        "content": "",
+        "tool_calls": [
+            {"type": "function", "function": {"name": fn["name"], "arguments": json.dumps(arguments)}}
+        ],
+    }
 
 
 def _empty(env: ChatToolEnv, rng: np.random.Generator) -> Iterator[Any]:
@@ -231,7 +240,9 @@ def run_policy(env: ChatToolEnv, policy: DegeneratePolicy, seed: int, config: Va
     return 0.0
 
 
-def _check_degenerate(env_id: str, make_kwargs: dict[str, Any], config: ValidationConfig) -> list[CheckResult]:
+def _check_degenerate(
+    env_id: str, make_kwargs: dict[str, Any], config: ValidationConfig
+) -> list[CheckResult]:
     env = _make(env_id, make_kwargs)
     results = []
     for name, policy in DEGENERATE_POLICIES.items():
@@ -249,7 +260,19 @@ def _check_degenerate(env_id: str, make_kwargs: dict[str, Any], config: Validati
 
 
 # ---- fuzzing --------------------------------------------------------------------------------------------------
-FUZZ_TEXT = ["", " ", "\x00", "🙂" * 50, "<tool_call>", "</tool_call>", "{", "[]", "null", "```json\n{\n```", "é\u202e"]
+FUZZ_TEXT = [
+    "",
+    " ",
+    "\x00",
+    "🙂" * 50,
+    "<tool_call>",
+    "</tool_call>",
+    "{",
+    "[]",
+    "null",
+    "```json\n{\n```",
+    "é\u202e",
+]
 
 
 def fuzz_action(env: ChatToolEnv, rng: np.random.Generator) -> Any:

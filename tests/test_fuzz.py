@@ -1,0 +1,70 @@
+"""Hypothesis fuzzing of ``step``: no action, however malformed, raises or corrupts the world."""
+
+import json
+
+import gymnasium as gym
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trace_gym.registration import trace_env_ids
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+TOOL_NAMES = ["find_member", "search_books", "get_book", "checkout", "respond", "nope", ""]
+
+
+@st.composite
+def actions(draw):
+    name = draw(st.sampled_from(TOOL_NAMES) | st.text(max_size=10))
+    arguments = draw(
+        json_values
+        | st.dictionaries(st.sampled_from(["book_id", "member_id", "email", "title"]), json_values)
+    )
+    choice = draw(st.integers(0, 6))
+    if choice == 0:
+        return draw(st.text(max_size=200))
+    if choice == 1:
+        return json.dumps({"name": name, "arguments": arguments}, allow_nan=True)
+    if choice == 2:
+        return f"<tool_call>{json.dumps({'name': name, 'arguments': json.dumps(arguments, allow_nan=True)}, allow_nan=True)}</tool_call>"
+    if choice == 3:
+        return {
+            "content": draw(st.none() | st.text(max_size=20)),
+            "tool_calls": [{"function": {"name": name, "arguments": arguments}}],
+        }
+    if choice == 4:
+        return draw(st.dictionaries(st.text(max_size=10), json_values, max_size=3))
+    if choice == 5:
+        return "<tool_call>" + draw(st.text(max_size=60))
+    return draw(json_values)
+
+
+ENV_IDS = trace_env_ids()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    env_index=st.integers(0, len(ENV_IDS) - 1),
+    batch=st.lists(actions(), min_size=1, max_size=6),
+)
+def test_step_never_raises_and_invalid_actions_leave_state_unchanged(seed, env_index, batch):
+    env = gym.make(ENV_IDS[env_index]).unwrapped
+    env.reset(seed=seed)
+    for action in batch:
+        before = env.world.state_hash()
+        shown = len(env.messages)
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert env.observation_space.contains(obs)
+        assert 0.0 <= reward <= 1.0
+        assert info["invalid_action"] in {None, "parse", "unknown_tool", "schema", "precondition"}
+        answers = [m["content"] for m in obs[shown:] if m["role"] == "tool"]
+        if info["invalid_action"] == "parse" or (answers and all(a.startswith("Error:") for a in answers)):
+            assert env.world.state_hash() == before
+        if terminated or truncated:
+            break

@@ -1,0 +1,85 @@
+import json
+
+import pytest
+
+from trace_gym.core.parsing import ActionParseError, parse_action
+
+
+def test_plain_text_is_a_reply():
+    turn = parse_action("Hello, how can I help?")
+    assert turn.content == "Hello, how can I help?" and turn.tool_calls == ()
+
+
+def test_openai_message_dict_with_string_arguments():
+    action = {
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get", "arguments": '{"x": 1}'}}
+        ],
+    }
+    turn = parse_action(action)
+    assert turn.content == ""
+    assert [(c.name, c.arguments, c.id) for c in turn.tool_calls] == [("get", {"x": 1}, "c1")]
+
+
+def test_simplified_call_dict_and_several_calls():
+    turn = parse_action(
+        {"tool_calls": [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"y": "z"}}]}
+    )
+    assert [c.name for c in turn.tool_calls] == ["a", "b"]
+
+
+def test_tool_call_blocks_with_surrounding_text():
+    text = 'Let me look.\n<tool_call>{"name": "get", "arguments": {"id": "#W1"}}</tool_call>\n<tool_call>{"name": "h", "arguments": {}}</tool_call>'
+    turn = parse_action(text)
+    assert turn.content == "Let me look."
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [("get", {"id": "#W1"}), ("h", {})]
+
+
+def test_unterminated_tool_call_block_at_end_of_generation():
+    turn = parse_action('<tool_call>{"name": "get", "arguments": {"id": 3}}')
+    assert turn.tool_calls[0].arguments == {"id": 3}
+
+
+def test_fenced_json():
+    turn = parse_action('Sure.\n```json\n{"name": "get", "arguments": {"id": 2}}\n```')
+    assert turn.content == "Sure." and turn.tool_calls[0].arguments == {"id": 2}
+
+
+def test_fenced_code_that_is_not_a_call_stays_content():
+    text = 'Here is the data:\n```json\n{"total": 3}\n```'
+    assert parse_action(text).content == text
+
+
+def test_bare_json_call_list_and_message():
+    assert parse_action('{"name": "get", "arguments": {}}').tool_calls[0].name == "get"
+    assert len(parse_action('[{"name": "a", "arguments": {}}, {"name": "b"}]').tool_calls) == 2
+    msg = parse_action('{"content": "hi", "tool_calls": [{"function": {"name": "a", "arguments": "{}"}}]}')
+    assert msg.content == "hi" and msg.tool_calls[0].name == "a"
+
+
+def test_double_encoded_arguments():
+    inner = json.dumps({"order_id": "#W7"})
+    turn = parse_action(json.dumps({"name": "get", "arguments": json.dumps(inner)}))
+    assert turn.tool_calls[0].arguments == {"order_id": "#W7"}
+
+
+@pytest.mark.parametrize(
+    ("action", "fragment"),
+    [
+        ('<tool_call>{"name": "get", "arguments": {</tool_call>', "invalid JSON in <tool_call> block"),
+        ('<tool_call>{"arguments": {}}</tool_call>', "missing tool name"),
+        ('{"name": "get", "arguments": "not json"}', "arguments of 'get' are not valid JSON"),
+        ('{"name": "get", "arguments": [1, 2]}', "must be a JSON object"),
+        ({"content": 3}, "'content' must be a string"),
+        ({"tool_calls": "x"}, "'tool_calls' must be a list"),
+        ({"role": "user", "content": "hi"}, "must be an assistant message"),
+        ({"contents": "typo"}, "unexpected keys"),
+        (42, "must be a str or a dict"),
+        ('{"name": "get", "arguments": {', "not valid JSON"),
+    ],
+)
+def test_malformed_actions_raise_a_message_that_names_the_problem(action, fragment):
+    with pytest.raises(ActionParseError, match=None) as err:
+        parse_action(action)
+    assert fragment in str(err.value)
