@@ -38,11 +38,9 @@ def is_message(message: Any) -> bool:
     if message["role"] == "tool" and not isinstance(message.get("tool_call_id"), str):
         return False
     calls = message.get("tool_calls")
-    if calls is not None and (
-        message["role"] != "assistant" or not isinstance(calls, list) or not all(map(is_tool_call, calls))
-    ):
-        return False
-    return True
+    if calls is None:
+        return True
+    return message["role"] == "assistant" and isinstance(calls, list) and all(map(is_tool_call, calls))
 
 
 class ChatObservationSpace(Space[list]):
