@@ -1,0 +1,272 @@
+"""reasoning-gym procedural datasets as single-turn Gymnasium envs (the trainer's third-party path).
+
+One episode = one dataset entry. ``reset(seed=...)`` draws an *instance seed* from the env's ``np_random`` and
+builds that entry with ``reasoning_gym.create_dataset(name, seed=instance_seed, size=1, **config)[0]``: a
+fresh one-entry dataset per episode works for every reasoning-gym dataset, also those that precompute their
+items from ``seed`` and ``size`` in ``__init__``.
+
+Observation
+    ``[{"role": "system", ...}, {"role": "user", "content": question}]``; after the step, plus the answer.
+Action
+    The assistant's answer: a string, or a dict ``{"content": str, ...}``. The graded answer is the text of the
+    last ``<answer>...</answer>`` block (an unclosed last ``<answer>`` counts up to the end); without one, the
+    whole text minus any ``<think>...</think>`` blocks. It is stripped of surrounding whitespace.
+Reward
+    ``dataset.score_answer(answer, entry)`` clipped to [0, 1] (partial credit where the dataset gives it; a
+    scorer that raises scores 0). The episode terminates after the one step.
+Bad actions
+    Never raise: tool calls (this env has no tools) are ignored with ``info["invalid_action"] = "unknown_tool"``
+    and the content is still graded; a value that is neither a string nor a message dict scores 0 with
+    ``"parse"``.
+Splits
+    ``options={"split": "train"|"test"}`` maps the seed into that split's range of :data:`SPLITS`, like every
+    trace env; the instance seed is then drawn from a per-split range of reasoning-gym seeds
+    (train ``[0, 2**31)``, test ``[2**31, 2**32)``), so the two splits never share a generator seed. Tiny
+    problem spaces (e.g. one-digit sums) can still repeat a question across splits.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+
+from trace_gym.core.env import SPLITS, render_conversation
+from trace_gym.core.spaces import AssistantTurnSpace, ChatObservationSpace
+from trace_gym.registration import register_env
+
+ENTRY_POINT = "trace_gym.adapters.reasoning_gym:ReasoningGymEnv"
+ID_TEMPLATE = "trace/rg-{name}-v0"
+
+# Cheap datasets (well under 20 ms per entry) whose reference answer scores 1.0 and a wrong one 0.
+CURATED_DATASETS: tuple[str, ...] = (
+    "basic_arithmetic",
+    "base_conversion",
+    "chain_sum",
+    "count_bits",
+    "family_relationships",
+    "gcd",
+    "lcm",
+    "leg_counting",
+    "letter_counting",
+    "number_sorting",
+    "products",
+    "simple_equations",
+    "spell_backward",
+    "word_sorting",
+)
+
+SYSTEM_PROMPT = (
+    "You are a careful problem solver. Solve the task, then give your final answer inside <answer> and "
+    "</answer> tags, for example <answer>42</answer>. Put only the answer between the tags, in exactly the "
+    "format the question asks for."
+)
+HINT = (
+    "Work step by step and check each step before you go on. Re-read the question for the required answer "
+    "format (order, separators, units, case) and write nothing but the final answer inside the <answer> tags."
+)
+
+# Instance-seed ranges of reasoning-gym per split (disjoint; below 2**32 for numpy-seeded datasets).
+INSTANCE_SEEDS: dict[str, tuple[int, int]] = {"train": (0, 2**31), "test": (2**31, 2**32)}
+RESERVED_CONFIG = frozenset({"seed", "size"})
+
+_ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL | re.IGNORECASE)
+_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL | re.IGNORECASE)
+
+
+def extract_answer(text: str) -> str:
+    """The graded part of a reply: the last ``<answer>`` block, else the text without ``<think>`` blocks."""
+    blocks = _ANSWER.findall(text)
+    if blocks:
+        return blocks[-1].strip()
+    return _THINK.sub("", text).strip()
+
+
+def reasoning_gym_available() -> bool:
+    """Whether reasoning-gym is installed, without importing it (its import takes most of a second)."""
+    return importlib.util.find_spec("reasoning_gym") is not None
+
+
+class ReasoningGymEnv(gym.Env[list, Any]):
+    """A reasoning-gym dataset as a single-turn chat env: the question in, the answer out, its score back."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
+    capability: ClassVar[str] = ""
+    description: ClassVar[str] = "reasoning-gym procedural task, single turn, answer in <answer> tags"
+
+    def __init__(
+        self,
+        dataset: str,
+        render_mode: str | None = None,
+        system_prompt: str = SYSTEM_PROMPT,
+        hint: str = HINT,
+        **config: Any,
+    ):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"
+            )
+        reserved = RESERVED_CONFIG & set(config)
+        if reserved:
+            raise ValueError(
+                f"{sorted(reserved)} are set per episode by the env; pass seed to reset() instead"
+            )
+        import reasoning_gym  # lazy: importing trace_gym must not pay for it
+
+        self._reasoning_gym = reasoning_gym
+        self.dataset_name = dataset
+        self.config = dict(config)
+        self.render_mode = render_mode
+        self.system_prompt = system_prompt
+        self.hint = hint
+        self.tools: list[dict[str, Any]] = []
+        self.observation_space = ChatObservationSpace(max_messages=3)
+        self.action_space = AssistantTurnSpace(tools=[])
+        self.dataset = self._build(0)  # fail fast on an unknown name or a bad config
+        self.entry: dict[str, Any] | None = None
+        self.messages: list[dict[str, Any]] = []
+        self.split = "train"
+        self.over = True
+
+    def _build(self, instance_seed: int) -> Any:
+        try:
+            return self._reasoning_gym.create_dataset(
+                self.dataset_name, seed=instance_seed, size=1, **self.config
+            )
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"cannot build reasoning-gym dataset {self.dataset_name!r}: {err}") from err
+
+    # ---- gymnasium API ------------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        options = dict(options or {})
+        unknown = set(options) - {"hint", "split"}
+        if unknown:
+            raise ValueError(f"unknown reset options {sorted(unknown)}; known: hint, split")
+        seed, self.split = _split_seed(seed, options.get("split"))
+        super().reset(seed=seed)
+        low, high = INSTANCE_SEEDS[self.split]
+        instance_seed = int(self.np_random.integers(low, high))
+        self.dataset = self._build(instance_seed)
+        self.entry = self.dataset[0]
+        system = self.system_prompt
+        if options.get("hint") and self.hint:
+            system = f"{system}\n\n# Expert advice\n{self.hint}"
+        self.messages = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": str(self.entry["question"])},
+        ]
+        self.over = False
+        info = {
+            "tools": [],
+            "capability": self.capability,
+            "base_system_prompt": self.system_prompt,
+            "dataset": self.dataset_name,
+            "split": self.split,
+            "instance_seed": instance_seed,
+        }
+        return [dict(m) for m in self.messages], info
+
+    def step(self, action: Any):
+        if self.over or self.entry is None:
+            raise RuntimeError("the episode is over (or was never started): call reset() before step()")
+        self.over = True
+        text, invalid = _read_action(action)
+        answer = extract_answer(text)
+        score = self._score(answer)
+        self.messages.append({"role": "assistant", "content": text})
+        info = {
+            "tools": [],
+            "capability": self.capability,
+            "invalid_action": invalid,
+            "answer": answer,
+            "reward_components": {"score": score},
+            "requirements": {},
+        }
+        return [dict(m) for m in self.messages], score, True, False, info
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        return render_conversation(self.messages)
+
+    def oracle_actions(self) -> list[dict[str, Any]]:
+        """The dataset's reference answer in the expected tags (scores 1.0 on the curated datasets)."""
+        if self.entry is None:
+            raise RuntimeError("call reset() before oracle_actions()")
+        return [{"content": f"<answer>{self.entry['answer']}</answer>"}]
+
+    def render_instance(self) -> str:
+        if self.entry is None:
+            raise RuntimeError("call reset() before render_instance()")
+        return f"{self.entry['question']}\n---\n{self.entry['answer']}"
+
+    def _score(self, answer: str) -> float:
+        try:
+            score = float(self.dataset.score_answer(answer, self.entry))
+        except Exception:  # noqa: BLE001 - some scorers raise on unparseable answers; that is a wrong answer
+            return 0.0
+        return float(np.clip(score, 0.0, 1.0)) if np.isfinite(score) else 0.0
+
+
+def _read_action(action: Any) -> tuple[str, str | None]:
+    """The answer text and the kind of invalidity (``None`` for a well-formed answer)."""
+    if isinstance(action, str):
+        return action, None
+    if isinstance(action, Mapping):
+        content = action.get("content")
+        text = content if isinstance(content, str) else ""
+        if action.get("tool_calls"):
+            return text, "unknown_tool"
+        return text, None if content is None or isinstance(content, str) else "parse"
+    return "", "parse"
+
+
+def _split_seed(seed: int | None, split: str | None) -> tuple[int | None, str]:
+    """The Gymnasium seed and the split it belongs to (without a split option, by the seed's range)."""
+    if split is not None:
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; known: {sorted(SPLITS)}")
+        start, size = SPLITS[split]
+        if seed is None:
+            seed = int(np.random.default_rng().integers(size))
+        if not 0 <= seed < size:
+            raise ValueError(f"seed {seed} is outside split {split!r}, which has seeds 0..{size - 1}")
+        return start + seed, split
+    test_start, test_size = SPLITS["test"]
+    in_test = seed is not None and test_start <= seed < test_start + test_size
+    return seed, "test" if in_test else "train"
+
+
+# ---- registration ---------------------------------------------------------------------------------------------
+def env_id(name: str) -> str:
+    return ID_TEMPLATE.format(name=name)
+
+
+def register_reasoning_gym_envs(names: Iterable[str] = CURATED_DATASETS) -> list[str]:
+    """Register ``trace/rg-<name>-v0`` for each dataset name; nothing when reasoning-gym is not installed.
+
+    Registration uses a string entry point, so reasoning-gym is imported only when an env is made.
+    """
+    if not reasoning_gym_available():
+        return []
+    ids = []
+    for name in names:
+        register_env(env_id(name), entry_point=ENTRY_POINT, kwargs={"dataset": name})
+        ids.append(env_id(name))
+    return ids
+
+
+def make_reasoning_gym_env(name: str, render_mode: str | None = None, **config: Any) -> gym.Env:
+    """Any reasoning-gym dataset as an env (registered or not), with Gymnasium's usual wrappers.
+
+    ``config`` is the dataset's own configuration (e.g. ``min_terms=2`` for ``basic_arithmetic``) plus the
+    env's ``system_prompt`` / ``hint``.
+    """
+    spec = gym.envs.registration.EnvSpec(
+        id=env_id(name), entry_point=ENTRY_POINT, kwargs={"dataset": name, **config}
+    )
+    return gym.make(spec, render_mode=render_mode)
