@@ -186,3 +186,15 @@ def test_step_protocol_and_render():
 def test_importing_the_adapter_does_not_import_reasoning_gym():
     code = "import sys, trace_gym.adapters; assert 'reasoning_gym' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_trace_validation_suite_passes(monkeypatch):
+    from trace_gym.core import validation
+
+    # The suite's _make insists on ChatToolEnv; the adapter duck-types it (tools, domain_tools, world).
+    monkeypatch.setattr(validation, "_make", lambda env_id, kwargs: gym.make(env_id, **kwargs).unwrapped)
+    config = validation.ValidationConfig(seeds=30, min_unique_share=0.95, degenerate_seeds=10, fuzz_seeds=3)
+    results = validation.validate_env("trace/rg-leg_counting-v0", config)
+    assert all(r.passed for r in results), [
+        (r.name, r.figure, r.detail[:200]) for r in results if not r.passed
+    ]
