@@ -78,6 +78,7 @@ class Trajectory:
             "invalid_actions": self.invalid_actions,
             "generated_tokens": self.generated_tokens,
             "messages": self.messages,
+            "actions": self.actions,
         }
 
 
@@ -119,9 +120,9 @@ def collect(
         traj = Trajectory(spec=spec, token_ids=head + rest, policy_mask=[0] * (len(head) + len(rest)))
         traj.system_len, traj.messages = len(head), conv
         base = info.get("base_system_prompt")
-        if spec.hint and base is not None and conv and conv[0].get("role") == "system" and head:
-            if conv[0].get("content") != base:
-                traj.base_system_ids = renderer.system_segment(base, conv[1:], env_tools)
+        is_hinted = conv and conv[0].get("role") == "system" and conv[0].get("content") != base
+        if spec.hint and base is not None and head and is_hinted:
+            traj.base_system_ids = renderer.system_segment(base, conv[1:], env_tools)
         trajs.append(traj)
         tools.append(env_tools)
 
@@ -154,6 +155,8 @@ def collect(
                 ]
             else:
                 conv = as_conversation(obs)
+                if len(conv) <= n_before:  # env returned no history (e.g. a terminal empty obs): keep ours
+                    conv = [*traj.messages, {"role": "assistant", "content": text}]
             traj.messages = conv
             if terminated or truncated:
                 traj.terminated, traj.truncated, traj.info = bool(terminated), bool(truncated), _plain(info)

@@ -1,0 +1,128 @@
+"""Evaluation on held-out seeds: success rate and mean reward with 95% CIs, trajectories as JSONL."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trace_train.chat import assistant_text
+from trace_train.envs import make_env, split_seed, tools_of
+from trace_train.policies.base import Policy, SamplingConfig, as_conversation
+from trace_train.policies.hf import HFPolicy
+from trace_train.rollout import ResetSpec, collect
+from trace_train.stats import bootstrap_mean_interval, wilson_interval
+
+
+@dataclass
+class EvalResult:
+    env_id: str
+    split: str
+    episodes: int
+    success_rate: float
+    success_ci: tuple[float, float]
+    reward_mean: float
+    reward_ci: tuple[float, float]
+    trajectories: list[dict[str, Any]]
+
+    def summary(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "trajectories"}
+
+    def line(self) -> str:
+        return (
+            f"{self.env_id} [{self.split}, n={self.episodes}] success {self.success_rate:.3f} "
+            f"(95% CI {self.success_ci[0]:.3f}-{self.success_ci[1]:.3f}), mean reward {self.reward_mean:.3f} "
+            f"(95% CI {self.reward_ci[0]:.3f}-{self.reward_ci[1]:.3f})"
+        )
+
+
+def _text_episodes(
+    policy: Policy, env_id: str, specs: Sequence[ResetSpec], sampling: SamplingConfig, max_turns: int
+) -> list[dict[str, Any]]:
+    """Text-level batched episodes for any Policy (e.g. the OpenAI-compatible HTTP policy)."""
+    envs = [make_env(env_id) for _ in specs]
+    convs, tools, records = [], [], []
+    for env, spec in zip(envs, specs, strict=True):
+        obs, info = env.reset(seed=spec.seed, options=spec.options())
+        convs.append(as_conversation(obs))
+        tools.append(tools_of(env, info))
+        records.append(
+            {"seed": spec.seed, "split": spec.split, "reward": 0.0, "turns": 0, "invalid_actions": 0}
+        )
+    active = list(range(len(envs)))
+    for _turn in range(max_turns):
+        if not active:
+            break
+        texts = policy.act([convs[i] for i in active], [tools[i] for i in active], sampling)
+        still = []
+        for i, text in zip(active, texts, strict=True):
+            obs, reward, term, trunc, info = envs[i].step(text)
+            rec = records[i]
+            rec["reward"], rec["turns"] = float(reward), rec["turns"] + 1
+            rec["invalid_actions"] += int(bool(info.get("invalid_action")))
+            convs[i] = (
+                [
+                    *convs[i],
+                    {"role": "assistant", "content": assistant_text(text)},
+                    {"role": "user", "content": obs},
+                ]
+                if isinstance(obs, str)
+                else as_conversation(obs)
+            )
+            if not (term or trunc):
+                still.append(i)
+        active = still
+    for rec, conv in zip(records, convs, strict=True):
+        rec["success"] = rec["reward"] >= 1.0
+        rec["messages"] = conv
+    return records
+
+
+def evaluate(
+    policy: Policy | HFPolicy,
+    env_id: str,
+    episodes: int = 50,
+    split: str = "test",
+    sampling: SamplingConfig | None = None,
+    max_turns: int = 8,
+    batch_size: int = 16,
+    seed_offset: int = 0,
+    difficulty: int | None = None,
+    out_jsonl: str | Path | None = None,
+) -> EvalResult:
+    """Greedy by default; seeds are ``split_seed(split, seed_offset + i)`` so test seeds never overlap training."""
+    sampling = sampling or SamplingConfig(temperature=0.0, max_new_tokens=256)
+    specs = [
+        ResetSpec(seed=split_seed(split, seed_offset + i), group=i, split=split, difficulty=difficulty)
+        for i in range(episodes)
+    ]
+    records: list[dict[str, Any]] = []
+    for b in range(0, len(specs), batch_size):
+        chunk = specs[b : b + batch_size]
+        if isinstance(policy, HFPolicy):
+            envs = [make_env(env_id) for _ in chunk]
+            records += [t.to_json() for t in collect(policy, envs, chunk, sampling, max_turns)]
+        else:
+            records += _text_episodes(policy, env_id, chunk, sampling, max_turns)
+    rewards = [r["reward"] for r in records]
+    wins = sum(1 for r in rewards if r >= 1.0)
+    n = len(records)
+    result = EvalResult(
+        env_id=env_id,
+        split=split,
+        episodes=n,
+        success_rate=wins / n if n else 0.0,
+        success_ci=wilson_interval(wins, n),
+        reward_mean=sum(rewards) / n if n else 0.0,
+        reward_ci=bootstrap_mean_interval(rewards),
+        trajectories=records,
+    )
+    if out_jsonl is not None:
+        path = Path(out_jsonl)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8") as f:
+            for r in records:
+                f.write(json.dumps(r, default=str) + "\n")
+    return result
