@@ -23,7 +23,16 @@ from trace_gym.adapters.reasoning_gym import (  # noqa: E402
     register_reasoning_gym_envs,
 )
 
-IDS = register_reasoning_gym_envs()
+IDS = [f"trace/rg-{name}-v0" for name in CURATED_DATASETS]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def registered():
+    """Register for this module only: other tests list the registry and must not see these ids early."""
+    before = set(gym.registry)
+    yield register_reasoning_gym_envs()
+    for env_id in set(gym.registry) - before:
+        del gym.registry[env_id]
 
 
 def question(env: gym.Env, seed: int, **options) -> str:
