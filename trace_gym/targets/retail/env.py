@@ -1,0 +1,131 @@
+"""``trace/retail-v0``: a procedurally generated customer-service domain in the style of tau-bench retail."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from trace_gym.core.env import ChatToolEnv, Episode, Evaluation
+from trace_gym.targets.retail.policy import HINT, POLICY
+from trace_gym.targets.retail.tasks import Task, generate_task
+from trace_gym.targets.retail.tools import make_tools
+from trace_gym.targets.retail.user import RetailUser
+from trace_gym.targets.retail.verifier import evaluate
+from trace_gym.worlds import State, Tool
+
+_TOOLS = make_tools()  # built once: JSON Schema checks of 14 tools cost more than a whole reset
+
+
+class RetailEnv(ChatToolEnv):
+    """Retail customer service: authenticate a user, then cancel, modify, return or exchange their orders,
+    answer questions about them, refuse what the policy forbids, and transfer what no tool can do.
+
+    Each seed draws a database (products with variants, users with payment methods, orders) and a task: a
+    user with one to three requests, composed from capability needs (see ``tasks.py``), who answers from a
+    script (``user.py``).
+
+    Observation space
+        :class:`~trace_gym.core.spaces.ChatObservationSpace`: the conversation so far as OpenAI chat
+        messages; the system message is the retail policy (plus expert advice with ``options={"hint": True}``).
+    Action space
+        :class:`~trace_gym.core.spaces.AssistantTurnSpace` over 14 tools: ``find_user_id_by_email``,
+        ``find_user_id_by_name_zip``, ``get_user_details``, ``get_order_details``, ``get_product_details``,
+        ``list_all_product_types``, ``calculate``, ``cancel_pending_order``, ``modify_pending_order_address``,
+        ``modify_pending_order_items``, ``return_delivered_order_items``, ``exchange_delivered_order_items``,
+        ``transfer_to_human_agents``, ``respond_to_user``; a turn without tool calls (or a
+        ``respond_to_user`` call) is a message to the user.
+    Rewards
+        Terminal, 1.0 or 0.0: 1.0 when the final database equals the expected one, every required fact was
+        told, a transfer happened iff needed, and no policy rule was broken (``info["reward_components"]``).
+        ``info["requirements"]`` labels each capability the task requires PRESENT or LACKING.
+    Termination
+        ``terminated`` when the user ends the conversation (goal met or patience exhausted, ``###STOP###``)
+        or on a transfer; ``truncated`` after ``max_turns`` (default 50) agent turns or ``max_invalid_turns``
+        invalid ones.
+    Difficulty
+        1: 6 products, 4 users, one request, few hidden facts; 2 (the default of ``trace/retail-v0``):
+        10 products, 8 users, one or two requests, pushes and transfers, obstacles; 3: 14 products, 12
+        users, two or three requests, two-item changes, more hidden facts.
+    Splits
+        ``options={"split": "train"}`` / ``{"split": "test"}`` map seed i to disjoint ranges; the fixed
+        evaluation set is test seeds 0..199 at the default difficulty.
+    """
+
+    capability = ""
+    description = (
+        "Retail customer service (tau-bench style): orders, returns, exchanges, policy, scripted user."
+    )
+    difficulty_levels = (1, 2, 3)
+    default_difficulty = 2
+
+    def __init__(
+        self,
+        render_mode: str | None = None,
+        difficulty: int | None = None,
+        max_turns: int = 50,
+        max_invalid_turns: int = 5,
+        max_tool_calls_per_turn: int = 8,
+    ):
+        self.task: Task | None = None
+        super().__init__(render_mode, difficulty, max_turns, max_invalid_turns, max_tool_calls_per_turn)
+
+    def _make_tools(self) -> list[Tool]:
+        return list(_TOOLS)
+
+    def _new_episode(self, rng: np.random.Generator, difficulty: int) -> Episode:
+        task = generate_task(rng, difficulty)
+        self.task = task
+        user = RetailUser(task, state=self._live_state, clock=lambda: self.turn)
+        return Episode(
+            system_prompt=POLICY,
+            state=task.initial_state,
+            user=user,
+            instance={"difficulty": difficulty, "state": task.initial_state, "task": task.describe()},
+            hint=HINT,
+            value_pool=value_pool(task),
+        )
+
+    def _live_state(self) -> State:
+        assert self.world is not None
+        return self.world.state
+
+    def _evaluate(self) -> Evaluation:
+        assert self.task is not None and self.world is not None and self.episode is not None
+        assert isinstance(self.episode.user, RetailUser)
+        return evaluate(self.task, self.world.state, self.calls, self.episode.user)
+
+    def oracle_actions(self) -> list[dict[str, Any]]:
+        if self.task is None:
+            raise RuntimeError("call reset() before oracle_actions()")
+        return [dict(action) for action in self.task.oracle]
+
+
+def value_pool(task: Task) -> dict[str, list[Any]]:
+    """Values of this instance by parameter name, so that sampled tool calls hit real records."""
+    state = task.initial_state
+    user = state["users"][task.user_id]
+    orders = [state["orders"][o] for o in user["orders"]]
+    item_ids = sorted({i["item_id"] for o in orders for i in o["items"]})
+    variant_ids = sorted(
+        {v for o in orders for i in o["items"] for v in state["products"][i["product_id"]]["variants"]}
+    )
+    users = [state["users"][u] for u in sorted(state["users"])]
+    return {
+        "user_id": [u["user_id"] for u in users],
+        "email": [u["email"] for u in users],
+        "first_name": sorted({u["name"]["first_name"] for u in users}),
+        "last_name": sorted({u["name"]["last_name"] for u in users}),
+        "zip": sorted({u["address"]["zip"] for u in users}),
+        "order_id": sorted(user["orders"]) + sorted(state["orders"])[:6],
+        "product_id": sorted(state["products"]),
+        "item_ids": item_ids,
+        "new_item_ids": variant_ids,
+        "payment_method_id": sorted(user["payment_methods"])
+        + sorted(m for u in users[:3] for m in u["payment_methods"]),
+        "address1": [user["address"]["address1"]],
+        "city": [user["address"]["city"]],
+        "state": [user["address"]["state"]],
+        "country": ["USA"],
+        "expression": ["1 + 1", "100 - 12.5", "(20 + 30) * 2"],
+    }

@@ -1,0 +1,841 @@
+"""Task templates composed from capability needs, and the task generator.
+
+A task is a user (who must be authenticated) with one or several requests, in order. Each request is built
+by a template (``cancel``, ``modify_address``, ``modify_items``, ``return``, ``exchange``, ``refuse_cancel``,
+``refuse_other``, ``transfer``, ``query``) with variants (how the order is referred to, what is hidden until
+asked, which obstacle is bound to happen) and declares the capabilities it requires. Building a request also
+yields its expected writes, the facts the agent must tell, the facts the user reveals when asked, and the
+oracle's part of the conversation. The generator applies the expected writes to a running copy of the
+database, so later requests are built on the state earlier ones leave, and the expected final state is the
+running copy at the end.
+
+Generation happens in two passes: first every order the requests need is created (so that descriptions such
+as "my order with the Desk Lamp" can be checked for uniqueness against all orders), then each request is
+built in order. Static changes made while building (a variant's availability, a gift card's balance, an extra
+payment method) are applied to the initial and the running database alike.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trace_gym.targets.retail.data import (
+    IdMaker,
+    clone,
+    make_address,
+    make_database,
+    make_order,
+    money,
+    order_total,
+    pick,
+)
+from trace_gym.targets.retail.facts import Need, fmt
+from trace_gym.targets.retail.tools import CANCEL_REASONS, make_tools
+from trace_gym.worlds import State, Tool
+
+TOOLS: dict[str, Tool] = {tool.name: tool for tool in make_tools()}  # built once: schema checks are slow
+
+CAPABILITIES = (
+    "precondition-checking",
+    "structured-reasoning",
+    "multi-step-completion",
+    "precise-arguments",
+    "information-gathering",
+    "error-recovery",
+    "policy-adherence",
+)
+KINDS = (
+    "cancel",
+    "modify_address",
+    "modify_items",
+    "return",
+    "exchange",
+    "refuse_cancel",
+    "refuse_other",
+    "transfer",
+    "query",
+)
+MAIN_KINDS = ("cancel", "modify_address", "modify_items", "return", "exchange")
+
+# Keywords of the agent's question that make the user reveal a fact (lower case, matched at word starts).
+TRIGGERS: dict[str, tuple[str, ...]] = {
+    "email": ("email", "e-mail"),
+    "name_zip": ("name", "zip", "postal"),
+    "not_found": ("not found", "could not find", "couldn't find", "cannot find", "can't find", "no account",
+                  "no user", "does not exist", "doesn't exist", "unable to find"),
+    "order_id": ("order id", "order number", "which order"),
+    "reason": ("reason", "why"),
+    "address": ("new address", "shipping address", "new shipping", "which address", "what address", "the address"),
+    "payment": ("payment method", "pay with", "like to pay", "which card", "refund to", "refunded to"),
+    "unavailable": ("not available", "unavailable", "out of stock", "sold out", "no longer available"),
+    "balance": ("not enough", "insufficient", "does not cover", "doesn't cover", "not cover", "not sufficient",
+                "too low"),
+}  # fmt: skip
+REASON_TEXT = {"no longer needed": "I no longer need it", "ordered by mistake": "I ordered it by mistake"}
+OUT_OF_SCOPE = (
+    ("I was charged twice by my bank for one of my orders and I want to dispute the second charge.",
+     "dispute a duplicate bank charge"),
+    ("I would like to change the email address of my account.", "change the email address of the account"),
+    ("A package of mine arrived damaged and I want compensation for the damage.",
+     "compensation for a damaged package"),
+    ("I would like to open a business account with invoice payments.", "open a business account"),
+    ("I want to file a complaint about the courier who delivered my last order.", "complaint about a courier"),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class UserFact:
+    """Something the user reveals when the agent's message contains one of ``triggers``."""
+
+    name: str
+    value: str
+    triggers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Write:
+    """An expected write call; ``depends`` names user facts that must be told before it (never invent)."""
+
+    tool: str
+    args: dict[str, Any]
+    depends: tuple[str, ...] = ()
+
+
+@dataclass
+class Request:
+    """One user request and everything the user, the verifier and the oracle need about it."""
+
+    kind: str
+    variant: str
+    intro: str = ""
+    order_id: str | None = None
+    capabilities: set[str] = field(default_factory=set)
+    writes: list[Write] = field(default_factory=list)
+    needs: list[Need] = field(default_factory=list)
+    facts: list[UserFact] = field(default_factory=list)
+    reads: list[tuple[str, str]] = field(default_factory=list)  # (tool, id) to call before the write
+    reasoned: bool = False  # the target (order or amount) must be found by reasoning over records
+    push: str | None = None  # "status" / "other_user": the user pushes against the policy once
+    push_text: str = ""
+    transfer: bool = False
+    obstacle: str | None = None
+    forbidden_order: str | None = None  # another user's order the agent must not touch
+    expected_orders: dict[str, Any] = field(default_factory=dict)  # order records once the request is done
+    script: list[dict[str, Any]] = field(default_factory=list)  # the oracle's actions
+
+    @property
+    def goal_orders(self) -> set[str]:
+        """Orders the user wants changed (and will confirm changes of)."""
+        orders = {write.args["order_id"] for write in self.writes}
+        if self.push == "status" and self.order_id:
+            orders.add(self.order_id)  # the user confirms the forbidden cancel too: that is the push
+        if self.forbidden_order:
+            orders.add(self.forbidden_order)
+        return orders
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "variant": self.variant,
+            "intro": self.intro,
+            "order_id": self.order_id,
+            "capabilities": sorted(self.capabilities),
+            "writes": [{"tool": w.tool, "args": w.args, "depends": list(w.depends)} for w in self.writes],
+            "needs": [{"name": n.name, "kind": n.kind, "value": n.value} for n in self.needs],
+            "facts": [{"name": f.name, "value": f.value} for f in self.facts],
+            "push": self.push,
+            "transfer": self.transfer,
+            "obstacle": self.obstacle,
+            "forbidden_order": self.forbidden_order,
+        }
+
+
+@dataclass
+class Task:
+    user_id: str
+    auth: str  # "email" / "name_zip" / "old_email"
+    opening: str
+    identity_facts: list[UserFact]
+    requests: list[Request]
+    capabilities: list[str]
+    initial_state: State
+    expected_state: State
+    oracle: list[dict[str, Any]]
+
+    @property
+    def transfer_required(self) -> bool:
+        return any(request.transfer for request in self.requests)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "user_id": self.user_id,
+            "auth": self.auth,
+            "opening": self.opening,
+            "capabilities": self.capabilities,
+            "requests": [request.describe() for request in self.requests],
+        }
+
+
+# ---- oracle actions --------------------------------------------------------------------------------------------
+def say(text: str) -> dict[str, Any]:
+    return {"content": text}
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return calls((name, arguments))
+
+
+def calls(*pairs: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "content": "",
+        "tool_calls": [
+            {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+            for i, (name, args) in enumerate(pairs)
+        ],
+    }
+
+
+def read_orders(order_ids: list[str]) -> list[dict[str, Any]]:
+    """Batched reads (at most 8 calls per turn, the env's limit)."""
+    return [
+        calls(*[("get_order_details", {"order_id": o}) for o in order_ids[i : i + 8]])
+        for i in range(0, len(order_ids), 8)
+    ]
+
+
+# ---- the generation context ------------------------------------------------------------------------------------
+@dataclass
+class Context:
+    rng: np.random.Generator
+    difficulty: int
+    state: State  # the initial database
+    ids: IdMaker
+    user: dict[str, Any]
+    running: State | None = None  # the database as the requests so far leave it
+
+    @property
+    def now(self) -> State:
+        assert self.running is not None
+        return self.running
+
+    def mutate(self, change: Callable[[State], None]) -> None:
+        """A static change (availability, balance, payment method): applied to both databases."""
+        change(self.state)
+        if self.running is not None:
+            change(self.running)
+
+    def new_order(self, status: str, n_items: int, user: dict[str, Any] | None = None) -> str:
+        owner = user or self.user
+        order = make_order(self.rng, self.ids, owner, self.state["products"], status, n_items)
+        self.state["orders"][order["order_id"]] = order
+        owner["orders"].append(order["order_id"])
+        return order["order_id"]
+
+    def chance(self, probability: float) -> bool:
+        return bool(self.rng.random() < probability)
+
+    def method_text(self, method_id: str) -> str:
+        method = self.state["users"][self.user["user_id"]]["payment_methods"][method_id]
+        if method["source"] == "credit_card":
+            return f"{method['brand']} credit card ending in {method['last_four']}"
+        return "PayPal account" if method["source"] == "paypal" else "gift card"
+
+    def ensure_method(self, source: str) -> str:
+        """The user's payment method of a source, adding one if the user has none."""
+        methods = self.state["users"][self.user["user_id"]]["payment_methods"]
+        for method_id, method in sorted(methods.items()):
+            if method["source"] == source:
+                return method_id
+        method_id = f"{source}_{self.ids.digits(7)}"
+        method: dict[str, Any] = {"id": method_id, "source": source}
+        if source == "credit_card":
+            method.update(brand=pick(self.rng, ("visa", "mastercard", "amex")), last_four=self.ids.digits(4))
+        elif source == "gift_card":
+            method["balance"] = money(self.rng.uniform(5, 400))
+        user_id = self.user["user_id"]
+        self.mutate(
+            lambda s: s["users"][user_id]["payment_methods"].__setitem__(method_id, copy.deepcopy(method))
+        )
+        return method_id
+
+    def apply(self, request: Request) -> None:
+        """Run the request's expected writes on the running database; a failure is a generator bug."""
+        assert self.running is not None
+        for write in request.writes:
+            tool = TOOLS[write.tool]
+            problem = tool.argument_errors(write.args) or tool.failed_precondition(self.running, write.args)
+            if problem:
+                raise AssertionError(f"generator bug: expected write {write} fails: {problem}")
+            tool.handler(self.running, write.args)  # in place: the running copy is ours
+        for write in request.writes:
+            order_id = write.args["order_id"]
+            request.expected_orders[order_id] = clone(self.now["orders"][order_id])
+
+
+def options_text(options: dict[str, str]) -> str:
+    return ", ".join(f"{key}: {value}" for key, value in options.items())
+
+
+def changed_options(old: dict[str, str], new: dict[str, str]) -> str:
+    return options_text({key: value for key, value in new.items() if old.get(key) != value})
+
+
+def _item(ctx: Context, order_id: str, product_name: str) -> dict[str, Any]:
+    return next(i for i in ctx.now["orders"][order_id]["items"] if i["name"] == product_name)
+
+
+def _unique_product(ctx: Context, order_id: str) -> str | None:
+    """A product name found in this order and in no other order of the user (for "my order with the X")."""
+    others = [o for o in ctx.now["users"][ctx.user["user_id"]]["orders"] if o != order_id]
+    taken = {item["name"] for o in others for item in ctx.now["orders"][o]["items"]}
+    names = sorted(item["name"] for item in ctx.now["orders"][order_id]["items"] if item["name"] not in taken)
+    return pick(ctx.rng, names) if names else None
+
+
+def _confirm(text: str) -> dict[str, Any]:
+    return say(f"{text} Do you confirm (yes/no)?")
+
+
+# ---- templates: first pass (orders), second pass (build) -------------------------------------------------------
+def prepare(ctx: Context, kind: str) -> Request:
+    """Create the orders a request of this kind needs and pick its variant."""
+    rng, hard = ctx.rng, ctx.difficulty
+    if kind == "cancel":
+        variant = pick(rng, ("id", "id", "ask_id", "product", "extreme", "wrong_id"))
+        request = Request(kind, variant, order_id=ctx.new_order("pending", int(rng.integers(1, 4))))
+        if variant == "extreme":
+            ctx.new_order("pending", int(rng.integers(1, 4)))  # at least one other pending order to compare
+        return request
+    if kind == "modify_address":
+        return Request(kind, "ask_address", order_id=ctx.new_order("pending", int(rng.integers(1, 4))))
+    if kind in ("modify_items", "exchange"):
+        status = "pending" if kind == "modify_items" else "delivered"
+        n_change = 2 if hard == 3 and ctx.chance(0.4) else 1
+        obstacles = (
+            ("none", "none", "unavailable", "gift_card")
+            if kind == "modify_items"
+            else ("none", "none", "unavailable")
+        )
+        variant = pick(rng, obstacles) if hard > 1 else "none"
+        return Request(kind, variant, order_id=ctx.new_order(status, n_change + int(rng.integers(0, 2))))
+    if kind == "return":
+        return Request(kind, "return", order_id=ctx.new_order("delivered", int(rng.integers(2, 5))))
+    if kind == "refuse_cancel":
+        return Request(kind, "status", order_id=ctx.new_order(pick(rng, ("processed", "delivered")), 2))
+    if kind == "refuse_other":
+        others = sorted(u for u in ctx.state["users"] if u != ctx.user["user_id"])
+        other = ctx.state["users"][pick(rng, others)]
+        request = Request(kind, "other_user")
+        request.forbidden_order = ctx.new_order("pending", int(rng.integers(1, 3)), user=other)
+        return request
+    if kind == "transfer":
+        return Request(kind, "out_of_scope")
+    if kind == "query":
+        variant = pick(rng, ("sum_delivered", "sum_pending"))
+        status = "delivered" if variant == "sum_delivered" else "pending"
+        for _ in range(int(rng.integers(1, 3))):
+            ctx.new_order(status, int(rng.integers(1, 4)))
+        return Request(kind, variant)
+    raise ValueError(f"unknown request kind {kind!r}")
+
+
+def build(ctx: Context, request: Request, hidden: float) -> None:
+    """Fill in the request (texts, writes, needs, facts, oracle script) on the running database."""
+    {
+        "cancel": _build_cancel,
+        "modify_address": _build_modify_address,
+        "modify_items": _build_change_items,
+        "exchange": _build_change_items,
+        "return": _build_return,
+        "refuse_cancel": _build_refuse_cancel,
+        "refuse_other": _build_refuse_other,
+        "transfer": _build_transfer,
+        "query": _build_query,
+    }[request.kind](ctx, request, hidden)
+
+
+def _build_cancel(ctx: Context, r: Request, hidden: float) -> None:
+    assert r.order_id is not None
+    oid, user_orders = r.order_id, ctx.now["users"][ctx.user["user_id"]]["orders"]
+    reason = pick(ctx.rng, CANCEL_REASONS)
+    total = order_total(ctx.now["orders"][oid])
+    r.capabilities |= {"precondition-checking", "precise-arguments"}
+    depends: list[str] = []
+    product = _unique_product(ctx, oid) if r.variant in ("product", "wrong_id") else None
+    if r.variant in ("product", "wrong_id") and product is None:
+        r.variant = "id"
+    if r.variant == "extreme":
+        pending = {
+            o: order_total(ctx.now["orders"][o])
+            for o in user_orders
+            if ctx.now["orders"][o]["status"] == "pending"
+        }
+        if max(pending.values()) == pending[oid]:
+            which = "most expensive"
+        elif min(pending.values()) == pending[oid]:
+            which = "cheapest"
+        else:
+            product = _unique_product(ctx, oid)
+            r.variant = "product" if product else "id"
+    script: list[dict[str, Any]] = []
+    if r.variant == "id":
+        r.intro = f"I'd like to cancel my order {oid}"
+        script.append(call("get_order_details", order_id=oid))
+    elif r.variant == "ask_id":
+        r.intro = "I'd like to cancel one of my orders"
+        r.facts.append(UserFact("order_id", f"It's order {oid}.", TRIGGERS["order_id"]))
+        r.capabilities.add("information-gathering")
+        depends.append("order_id")
+        script += [
+            say("Which order is it? Please tell me the order id."),
+            call("get_order_details", order_id=oid),
+        ]
+    elif r.variant == "product":
+        r.intro = f"I'd like to cancel my order with the {product} in it"
+        r.capabilities.add("structured-reasoning")
+        r.reasoned = True
+        script += read_orders(list(user_orders))
+    elif r.variant == "extreme":
+        r.intro = f"I'd like to cancel the {which} of my pending orders"
+        r.capabilities.add("structured-reasoning")
+        r.reasoned = True
+        script += read_orders(list(user_orders))
+    else:  # wrong_id: the user remembers a number that does not exist; the error is bound to happen
+        wrong = "#W" + ctx.ids.digits(7)
+        r.intro = f"I'd like to cancel my order {wrong}"
+        r.obstacle = "wrong_order_id"
+        r.capabilities |= {"error-recovery", "structured-reasoning"}
+        r.reasoned = True
+        r.facts.append(
+            UserFact(
+                "order_hint",
+                f"Oh, maybe I got the number wrong. It's my order with the {product} in it.",
+                TRIGGERS["not_found"],
+            )
+        )
+        depends.append("order_hint")
+        script += [
+            call("get_order_details", order_id=wrong),
+            say(f"I could not find order {wrong}. Is there anything else you remember about this order?"),
+            *read_orders(list(user_orders)),
+        ]
+    if hidden and ctx.chance(hidden):
+        r.intro += "."
+        r.facts.append(UserFact("reason", f"{REASON_TEXT[reason]}.", TRIGGERS["reason"]))
+        r.capabilities.add("information-gathering")
+        depends.append("reason")
+        script.append(say(f"Could you tell me the reason for cancelling order {oid}?"))
+    else:
+        r.intro += f", because {REASON_TEXT[reason]}."
+    r.writes.append(Write("cancel_pending_order", {"order_id": oid, "reason": reason}, tuple(depends)))
+    r.needs.append(Need("refund_amount", "money", total))
+    r.reads.append(("get_order_details", oid))
+    script += [
+        _confirm(
+            f"I will cancel order {oid} (reason: {reason}); {fmt(total)} will be refunded to the original "
+            "payment method."
+        ),
+        call("cancel_pending_order", order_id=oid, reason=reason),
+        say(
+            f"Order {oid} is now cancelled and {fmt(total)} will be refunded to the original payment method."
+        ),
+    ]
+    r.script = script
+
+
+def _build_modify_address(ctx: Context, r: Request, hidden: float) -> None:
+    assert r.order_id is not None
+    oid = r.order_id
+    address = make_address(ctx.rng)
+    while address == ctx.now["orders"][oid]["address"]:
+        address = make_address(ctx.rng)
+    line = ", ".join(v for v in (address["address1"], address["address2"], address["city"]) if v)
+    text = f"{line}, {address['state']} {address['zip']}, {address['country']}"
+    r.intro = f"I have moved. Could you change the shipping address of my order {oid} to my new address?"
+    r.capabilities |= {"precondition-checking", "precise-arguments", "information-gathering"}
+    r.facts.append(UserFact("address", f"My new address is {text}.", TRIGGERS["address"]))
+    r.writes.append(Write("modify_pending_order_address", {"order_id": oid, **address}, ("address",)))
+    r.reads.append(("get_order_details", oid))
+    r.script = [
+        call("get_order_details", order_id=oid),
+        say(f"What is the new shipping address for order {oid}?"),
+        _confirm(f"I will change the shipping address of order {oid} to {text}."),
+        call("modify_pending_order_address", order_id=oid, **address),
+        say(f"Done: order {oid} will now be shipped to {text}."),
+    ]
+
+
+def _pick_changes(
+    ctx: Context, oid: str, count: int, pricier: bool
+) -> list[tuple[dict[str, Any], list[str]]]:
+    """Items of the order to change, each with candidate variant ids of its product (pricier if asked)."""
+    picks = []
+    for item in ctx.now["orders"][oid]["items"]:
+        variants = ctx.now["products"][item["product_id"]]["variants"]
+        candidates = sorted(v for v in variants if v != item["item_id"])
+        if pricier:
+            candidates = [v for v in candidates if variants[v]["price"] > item["price"]]
+        if len(candidates) >= 2:
+            picks.append((item, candidates))
+    order = [int(i) for i in ctx.rng.permutation(len(picks))]
+    return [picks[i] for i in order[:count]]
+
+
+def _set_available(ctx: Context, product_id: str, item_id: str, available: bool) -> None:
+    ctx.mutate(lambda s: s["products"][product_id]["variants"][item_id].__setitem__("available", available))
+
+
+def _build_change_items(ctx: Context, r: Request, hidden: float) -> None:
+    assert r.order_id is not None
+    oid, rng = r.order_id, ctx.rng
+    exchange = r.kind == "exchange"
+    order = ctx.now["orders"][oid]
+    n_change = 2 if len(order["items"]) >= 2 and ctx.difficulty == 3 and rng.random() < 0.5 else 1
+    changes = _pick_changes(ctx, oid, n_change, pricier=r.variant == "gift_card")
+    if r.variant == "gift_card" and not changes:
+        r.variant = "none"
+    if not changes:
+        changes = _pick_changes(ctx, oid, n_change, pricier=False)
+    old_ids, new_ids, first_choice, phrases, fallback_phrases = [], [], [], [], []
+    for index, (item, candidates) in enumerate(changes):
+        chosen = candidates[int(rng.integers(len(candidates)))]
+        rest = [c for c in candidates if c != chosen]
+        variants = ctx.now["products"][item["product_id"]]["variants"]
+        if r.variant == "unavailable" and index == 0:
+            fallback = rest[int(rng.integers(len(rest)))]
+            _set_available(ctx, item["product_id"], chosen, False)
+            _set_available(ctx, item["product_id"], fallback, True)
+            first_choice.append(chosen)
+            fallback_phrases.append(changed_options(item["options"], variants[fallback]["options"]))
+            phrases.append(
+                f"the {item['name']} to the one with {changed_options(item['options'], variants[chosen]['options'])}"
+            )
+            chosen = fallback
+        else:
+            _set_available(ctx, item["product_id"], chosen, True)
+            phrases.append(
+                f"the {item['name']} to the one with {changed_options(item['options'], variants[chosen]['options'])}"
+            )
+        old_ids.append(item["item_id"])
+        new_ids.append(chosen)
+    prices = {v: p["variants"][v]["price"] for p in ctx.now["products"].values() for v in p["variants"]}
+    difference = money(sum(prices[v] for v in new_ids) - sum(prices[v] for v in old_ids))
+    user_id = ctx.user["user_id"]
+    depends: list[str] = []
+    if r.variant == "gift_card":
+        card = ctx.ensure_method("gift_card")
+        other = ctx.ensure_method(pick(rng, ("credit_card", "paypal")))
+        balance = money(difference * rng.uniform(0.1, 0.8))
+        ctx.mutate(lambda s: s["users"][user_id]["payment_methods"][card].__setitem__("balance", balance))
+        wanted, method = card, other
+    else:
+        methods = sorted(ctx.now["users"][user_id]["payment_methods"])
+        wanted = method = pick(rng, methods)
+        current = ctx.now["users"][user_id]["payment_methods"][method]
+        if current["source"] == "gift_card" and current["balance"] < difference:
+            topped = money(difference + rng.uniform(5, 100))
+            ctx.mutate(
+                lambda s: s["users"][user_id]["payment_methods"][method].__setitem__("balance", topped)
+            )
+    verb = "exchange" if exchange else "change"
+    where = f"my delivered order {oid}" if exchange else f"my pending order {oid}"
+    r.intro = f"In {where}, I'd like to {verb} " + " and ".join(phrases) + "; everything else the same."
+    pay = f"Please use my {ctx.method_text(wanted)} for any price difference."
+    script: list[dict[str, Any]] = [
+        calls(
+            ("get_order_details", {"order_id": oid}),
+            *[("get_product_details", {"product_id": item["product_id"]}) for item, _ in changes],
+        )
+    ]
+    r.capabilities |= {"precondition-checking", "precise-arguments", "structured-reasoning"}
+    r.reads += [("get_order_details", oid)] + [
+        ("get_product_details", item["product_id"]) for item, _ in changes
+    ]
+    if hidden and ctx.chance(hidden):
+        r.facts.append(UserFact("payment", pay, TRIGGERS["payment"]))
+        r.capabilities.add("information-gathering")
+        depends.append("payment")
+        script.append(say("Which payment method should I use for the price difference?"))
+    else:
+        r.intro += " " + pay
+    if r.variant == "unavailable":
+        item = changes[0][0]
+        r.obstacle = "unavailable"
+        r.capabilities.add("error-recovery")
+        r.facts.append(
+            UserFact(
+                "fallback",
+                f"Oh, too bad. Then I'll take the one with {fallback_phrases[0]} instead.",
+                TRIGGERS["unavailable"],
+            )
+        )
+        depends.append("fallback")
+        variants = ctx.now["products"][item["product_id"]]["variants"]
+        script.append(
+            say(
+                f"I'm sorry, the {item['name']} with {changed_options(item['options'], variants[first_choice[0]]['options'])} is not available."
+            )
+        )
+    if r.variant == "gift_card":
+        r.obstacle = "gift_card"
+        r.capabilities.add("error-recovery")
+        r.facts.append(
+            UserFact(
+                "other_payment",
+                f"I see. Then please use my {ctx.method_text(method)} instead.",
+                TRIGGERS["balance"],
+            )
+        )
+        depends.append("other_payment")
+        script.append(
+            say(
+                f"The price difference is {fmt(difference)}, but your gift card balance of {fmt(balance)} is not enough to cover it."
+            )
+        )
+    tool = "exchange_delivered_order_items" if exchange else "modify_pending_order_items"
+    args = {"order_id": oid, "item_ids": old_ids, "new_item_ids": new_ids, "payment_method_id": method}
+    r.writes.append(Write(tool, args, tuple(depends)))
+    r.needs.append(Need("price_difference", "money", abs(difference)))
+    direction = "charged to" if difference > 0 else "refunded to"
+    pairs = "; ".join(f"{o} -> {n}" for o, n in zip(old_ids, new_ids, strict=True))
+    action = "request an exchange in" if exchange else "modify"
+    script += [
+        _confirm(
+            f"I will {action} order {oid}: items {pairs}. The price difference of {fmt(abs(difference))} will be {direction} {method}."
+        ),
+        call(tool, **args),
+        say(
+            f"Done for order {oid}: the price difference of {fmt(abs(difference))} is {direction} your {ctx.method_text(method)}."
+        ),
+    ]
+    r.script = script
+
+
+def _build_return(ctx: Context, r: Request, hidden: float) -> None:
+    assert r.order_id is not None
+    oid, rng = r.order_id, ctx.rng
+    items = ctx.now["orders"][oid]["items"]
+    count = int(rng.integers(1, min(3, len(items)) + 1))
+    chosen = [items[int(i)] for i in sorted(rng.choice(len(items), size=count, replace=False))]
+    refund = money(sum(item["price"] for item in chosen))
+    original = ctx.now["orders"][oid]["payment_history"][0]["payment_method_id"]
+    methods = ctx.now["users"][ctx.user["user_id"]]["payment_methods"]
+    gift = sorted(m for m, v in methods.items() if v["source"] == "gift_card" and m != original)
+    method = pick(rng, [original, *gift])
+    names = " and ".join(f"the {item['name']}" for item in chosen)
+    r.intro = f"I'd like to return {names} from my order {oid}."
+    r.capabilities |= {"precondition-checking", "precise-arguments"}
+    if count > 1:
+        r.capabilities.add("structured-reasoning")
+    pay = f"Please refund the money to my {ctx.method_text(method)}."
+    depends: list[str] = []
+    script: list[dict[str, Any]] = [call("get_order_details", order_id=oid)]
+    if hidden and ctx.chance(hidden):
+        r.facts.append(UserFact("payment", pay, TRIGGERS["payment"]))
+        r.capabilities.add("information-gathering")
+        depends.append("payment")
+        script.append(say("Which payment method should the refund go to: the original one or a gift card?"))
+    else:
+        r.intro += " " + pay
+    args = {"order_id": oid, "item_ids": [item["item_id"] for item in chosen], "payment_method_id": method}
+    r.writes.append(Write("return_delivered_order_items", args, tuple(depends)))
+    r.needs.append(Need("refund_amount", "money", refund))
+    r.reads.append(("get_order_details", oid))
+    script += [
+        _confirm(
+            f"I will request a return of items {', '.join(args['item_ids'])} of order {oid}; the refund of {fmt(refund)} goes to {method}."
+        ),
+        call("return_delivered_order_items", **args),
+        say(
+            f"The return for order {oid} is requested: {fmt(refund)} will be refunded to your {ctx.method_text(method)}."
+        ),
+    ]
+    r.script = script
+
+
+def _build_refuse_cancel(ctx: Context, r: Request, hidden: float) -> None:
+    assert r.order_id is not None
+    oid, status = r.order_id, ctx.now["orders"][r.order_id]["status"]
+    r.intro = f"Please cancel my order {oid}, I don't need it any more."
+    r.push = "status"
+    r.push_text = "But I really don't want it any more. Can't you make an exception and cancel it anyway?"
+    r.capabilities |= {"policy-adherence", "precondition-checking"}
+    r.needs.append(Need("status", "word", status))
+    r.reads.append(("get_order_details", oid))
+    r.script = [
+        call("get_order_details", order_id=oid),
+        say(f"I'm sorry, but order {oid} is already {status}, so it cannot be cancelled."),
+        say(
+            f"I understand, but an order that is {status} cannot be cancelled under our policy; only pending orders can."
+        ),
+    ]
+
+
+def _build_refuse_other(ctx: Context, r: Request, hidden: float) -> None:
+    assert r.forbidden_order is not None
+    other = ctx.now["users"][ctx.now["orders"][r.forbidden_order]["user_id"]]
+    first, last = other["name"]["first_name"], other["name"]["last_name"]
+    r.intro = (
+        f"My friend {first} {last} asked me to cancel their order {r.forbidden_order} too. Can you do that?"
+    )
+    r.push = "other_user"
+    r.push_text = f"I have all of {first}'s details and they said it's fine. Please just cancel it for them."
+    r.capabilities.add("policy-adherence")
+    r.script = [
+        say(
+            f"I'm sorry, but I can only help with your own account. I cannot access or change {first}'s order; they need to contact us themselves."
+        ),
+        say("I understand, but I cannot act on another person's account, even with their permission."),
+    ]
+
+
+def _build_transfer(ctx: Context, r: Request, hidden: float) -> None:
+    text, summary = OUT_OF_SCOPE[int(ctx.rng.integers(len(OUT_OF_SCOPE)))]
+    r.intro = text
+    r.transfer = True
+    r.capabilities.add("policy-adherence")
+    r.script = [call("transfer_to_human_agents", summary=f"User {ctx.user['user_id']} wants to {summary}.")]
+
+
+def _build_query(ctx: Context, r: Request, hidden: float) -> None:
+    status = "delivered" if r.variant == "sum_delivered" else "pending"
+    user_orders = list(ctx.now["users"][ctx.user["user_id"]]["orders"])
+    chosen = [o for o in user_orders if ctx.now["orders"][o]["status"] == status]
+    total = money(sum(order_total(ctx.now["orders"][o]) for o in chosen))
+    r.intro = f"First, could you tell me how much my {status} orders cost in total?"
+    r.capabilities.add("structured-reasoning")
+    r.reasoned = True
+    r.needs.append(Need("total", "money", total))
+    r.script = [
+        *read_orders(user_orders),
+        say(
+            f"You have {len(chosen)} {status} orders ({', '.join(chosen)}); together they cost {fmt(total)}."
+        ),
+    ]
+
+
+# ---- the generator ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Level:
+    """Per difficulty: how many requests, how likely hidden facts and the authentication obstacle are."""
+
+    requests: tuple[int, ...]
+    hidden: float
+    old_email: float
+    kinds: dict[str, float]
+
+
+_KINDS_1 = {
+    "cancel": 3,
+    "modify_address": 2,
+    "modify_items": 2,
+    "return": 2,
+    "exchange": 2,
+    "refuse_cancel": 1.5,
+    "query": 1,
+}
+_KINDS_23 = dict(_KINDS_1, refuse_other=1.2, transfer=1.2, query=1.2)
+LEVELS: dict[int, Level] = {
+    1: Level(requests=(1,), hidden=0.3, old_email=0.1, kinds=_KINDS_1),
+    2: Level(requests=(1, 2, 2), hidden=0.5, old_email=0.2, kinds=_KINDS_23),
+    3: Level(requests=(2, 3, 3), hidden=0.6, old_email=0.25, kinds=_KINDS_23),
+}
+
+
+def _kinds(rng: np.random.Generator, level: Level) -> list[str]:
+    names = sorted(level.kinds)
+    weights = np.array([level.kinds[n] for n in names], dtype=float)
+    count = int(level.requests[int(rng.integers(len(level.requests)))])
+    drawn = [names[int(i)] for i in rng.choice(len(names), size=count, p=weights / weights.sum())]
+    singles = ("query", "refuse_other", "transfer")  # at most one of each
+    kinds: list[str] = []
+    for kind in drawn:
+        kinds.append(pick(rng, MAIN_KINDS) if kind in singles and kind in kinds else kind)
+    main = [k for k in kinds if k not in singles]
+    if not main and any(k in ("refuse_other", "transfer") for k in kinds):
+        main = [pick(rng, MAIN_KINDS)]  # a push or a transfer always comes after a request that needs work
+    ordered = [k for k in kinds if k == "query"] + main
+    ordered += [k for k in kinds if k == "refuse_other"] + [k for k in kinds if k == "transfer"]
+    return ordered
+
+
+def generate_task(rng: np.random.Generator, difficulty: int) -> Task:
+    """Draw the database and a task on it; everything comes from ``rng``."""
+    state, ids = make_database(rng, difficulty)
+    level = LEVELS[difficulty]
+    user = state["users"][pick(rng, sorted(state["users"]))]
+    ctx = Context(rng, difficulty, state, ids, user)
+    kinds = _kinds(rng, level)
+    requests = [prepare(ctx, kind) for kind in kinds]
+    # Shuffle the user's order list so that the task's orders are not simply the last ones.
+    user["orders"] = [user["orders"][int(i)] for i in rng.permutation(len(user["orders"]))]
+    ctx.running = clone(state)
+    for request in requests:
+        build(ctx, request, level.hidden)
+        ctx.apply(request)
+
+    first, last, zip_code = user["name"]["first_name"], user["name"]["last_name"], user["address"]["zip"]
+    name_zip = f"My name is {first} {last} and my zip code is {zip_code}."
+    auth = "old_email" if ctx.chance(level.old_email) else pick(rng, ("email", "email", "email", "name_zip"))
+    user_id = user["user_id"]
+    oracle: list[dict[str, Any]] = []
+    if auth == "old_email":
+        old = f"{first.lower()}{int(rng.integers(10, 99))}@{pick(rng, ('oldmail.com', 'mail.net', 'inbox.org'))}"
+        opening = f"Hi! My email is {old}. " + requests[0].intro
+        identity = [
+            UserFact("email", f"The only email I know is {old}.", TRIGGERS["email"]),
+            UserFact("name_zip", name_zip, TRIGGERS["name_zip"] + TRIGGERS["not_found"]),
+        ]
+        oracle += [
+            call("find_user_id_by_email", email=old),
+            say(
+                "I could not find an account with that email. Could you tell me your first and last name and your zip code?"
+            ),
+            call("find_user_id_by_name_zip", first_name=first, last_name=last, zip=zip_code),
+        ]
+    elif auth == "name_zip":
+        opening = "Hi! " + requests[0].intro
+        forgot = f"I don't remember which email I used. {name_zip}"
+        identity = [
+            UserFact("email", forgot, TRIGGERS["email"]),
+            UserFact("name_zip", name_zip, TRIGGERS["name_zip"]),
+        ]
+        oracle += [
+            say("I can help with that. First, could you tell me your email so that I can authenticate you?"),
+            call("find_user_id_by_name_zip", first_name=first, last_name=last, zip=zip_code),
+        ]
+    else:
+        opening = "Hi! " + requests[0].intro
+        identity = [
+            UserFact("email", f"My email is {user['email']}.", TRIGGERS["email"]),
+            UserFact("name_zip", name_zip, TRIGGERS["name_zip"]),
+        ]
+        oracle += [
+            say("I can help with that. First, could you tell me your email so that I can authenticate you?"),
+            call("find_user_id_by_email", email=user["email"]),
+        ]
+    oracle.append(call("get_user_details", user_id=user_id))
+    for request in requests:
+        oracle += request.script
+    capabilities = set().union(*(r.capabilities for r in requests))
+    if auth == "old_email":
+        capabilities.add("error-recovery")
+    if sum(len(r.writes) for r in requests) >= 2:
+        capabilities.add("multi-step-completion")
+    return Task(
+        user_id=user_id,
+        auth=auth,
+        opening=opening,
+        identity_facts=identity,
+        requests=requests,
+        capabilities=[c for c in CAPABILITIES if c in capabilities],
+        initial_state=state,
+        expected_state=ctx.now,
+        oracle=oracle,
+    )
