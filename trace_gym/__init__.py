@@ -11,8 +11,10 @@ __version__ = "0.1.0"
 
 def _register_builtins() -> None:
     from trace_gym import targets
+    from trace_gym.adapters.reasoning_gym import register_reasoning_gym_envs
 
     targets.register_envs()
+    register_reasoning_gym_envs()  # only when reasoning-gym is installed; its import stays lazy
 
 
 _register_builtins()

@@ -82,5 +82,8 @@ def env_card(env_id: str) -> EnvCard:
     """Id, capability and one-line description of a registered env, read from its class."""
     spec = gym.spec(env_id)
     creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+    if hasattr(creator, "card"):  # one class behind many ids (adapters) describes each id from its kwargs
+        capability, description = creator.card(dict(spec.kwargs))
+        return EnvCard(env_id, capability, description)
     description = (getattr(creator, "description", "") or (creator.__doc__ or "")).strip().splitlines()
     return EnvCard(env_id, getattr(creator, "capability", ""), description[0] if description else "")

@@ -98,6 +98,12 @@ class ReasoningGymEnv(gym.Env[list, Any]):
     capability: ClassVar[str] = ""
     description: ClassVar[str] = "reasoning-gym procedural task, single turn, answer in <answer> tags"
 
+    @classmethod
+    def card(cls, kwargs: dict[str, Any]) -> tuple[str, str]:
+        """Capability and description of one registered dataset id (all ids share this class)."""
+        name = kwargs.get("dataset", "?")
+        return f"rg:{name}", f"reasoning-gym {name!r}: one question, answer in <answer> tags"
+
     def __init__(
         self,
         dataset: str,

@@ -79,10 +79,17 @@ def validate_env(
     return results
 
 
+CONTRACT_ATTRIBUTES = ("tools", "domain_tools", "world", "oracle_actions", "render_instance")
+
+
 def _make(env_id: str, make_kwargs: dict[str, Any]) -> ChatToolEnv:
     env = gym.make(env_id, **make_kwargs).unwrapped
-    if not isinstance(env, ChatToolEnv):
-        raise TypeError(f"{env_id} is a {type(env).__name__}, not a trace ChatToolEnv")
+    # Duck-typed: adapters (e.g. reasoning-gym) implement the contract without subclassing ChatToolEnv.
+    missing = [name for name in CONTRACT_ATTRIBUTES if not hasattr(env, name)]
+    if missing:
+        raise TypeError(
+            f"{env_id} ({type(env).__name__}) lacks the trace env contract: no {', '.join(missing)}"
+        )
     return env
 
 
