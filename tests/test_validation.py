@@ -7,7 +7,7 @@ import pytest
 from tests.toy_library import LibraryEnv
 from trace_gym.core.env import Evaluation
 from trace_gym.core.validation import ValidationConfig, validate_env
-from trace_gym.registration import register_env
+from trace_gym.registration import register_env, trace_env_ids
 
 SMALL = ValidationConfig(
     seeds=20, degenerate_seeds=10, fuzz_seeds=3, fuzz_actions_per_seed=20, determinism_seeds=3
@@ -80,3 +80,13 @@ def test_suite_catches_broken_envs(cls, failing):
     results = by_name(validate_env(f"trace/broken-{cls.__name__.lower()}-v0", SMALL))
     failed = {name for name, r in results.items() if not r.passed}
     assert failing <= failed, {n: r.figure for n, r in results.items()}
+
+
+REGISTERED = [e for e in trace_env_ids() if not e.startswith("trace/broken-")]
+TINY = ValidationConfig(seeds=10, degenerate_seeds=5, fuzz_seeds=2, fuzz_actions_per_seed=15, determinism_seeds=2)
+
+
+@pytest.mark.parametrize("env_id", REGISTERED)
+def test_suite_passes_on_every_registered_env(env_id):
+    results = validate_env(env_id, TINY)
+    assert all(r.passed for r in results), [(r.name, r.figure, r.detail[:500]) for r in results if not r.passed]
