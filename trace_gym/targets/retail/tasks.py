@@ -218,6 +218,10 @@ class Context:
     ids: IdMaker
     user: dict[str, Any]
     running: State | None = None  # the database as the requests so far leave it
+    # What earlier requests rely on, so that later static changes cannot break them:
+    locks: dict[str, bool] = field(default_factory=dict)  # item id -> the availability it must keep
+    cards_paid: set[str] = field(default_factory=set)  # gift cards that pay a difference in a write
+    cards_short: set[str] = field(default_factory=set)  # gift cards whose low balance is an obstacle
 
     @property
     def now(self) -> State:
@@ -263,6 +267,21 @@ class Context:
             lambda s: s["users"][user_id]["payment_methods"].__setitem__(method_id, copy.deepcopy(method))
         )
         return method_id
+
+    def set_balance(self, method_id: str, balance: float) -> bool:
+        """Give a gift card ``balance`` now, by shifting its initial balance by the same amount (so that
+        earlier requests' charges and refunds still apply); False, and no change, if that goes below 0."""
+        user_id = self.user["user_id"]
+        delta = money(balance - self.now["users"][user_id]["payment_methods"][method_id]["balance"])
+        if self.state["users"][user_id]["payment_methods"][method_id]["balance"] + delta < 0:
+            return False
+
+        def shift(state: State) -> None:
+            method = state["users"][user_id]["payment_methods"][method_id]
+            method["balance"] = money(method["balance"] + delta)
+
+        self.mutate(shift)
+        return True
 
     def apply(self, request: Request) -> None:
         """Run the request's expected writes on the running database; a failure is a generator bug."""
@@ -478,7 +497,7 @@ def _pick_changes(
     picks = []
     for item in ctx.now["orders"][oid]["items"]:
         variants = ctx.now["products"][item["product_id"]]["variants"]
-        candidates = sorted(v for v in variants if v != item["item_id"])
+        candidates = sorted(v for v in variants if v != item["item_id"] and ctx.locks.get(v, True))
         if pricier:
             candidates = [v for v in candidates if variants[v]["price"] > item["price"]]
         if len(candidates) >= 2:
@@ -488,6 +507,7 @@ def _pick_changes(
 
 
 def _set_available(ctx: Context, product_id: str, item_id: str, available: bool) -> None:
+    ctx.locks[item_id] = available
     ctx.mutate(lambda s: s["products"][product_id]["variants"][item_id].__setitem__("available", available))
 
 
@@ -507,7 +527,7 @@ def _build_change_items(ctx: Context, r: Request, hidden: float) -> None:
         chosen = candidates[int(rng.integers(len(candidates)))]
         rest = [c for c in candidates if c != chosen]
         variants = ctx.now["products"][item["product_id"]]["variants"]
-        if r.variant == "unavailable" and index == 0:
+        if r.variant == "unavailable" and index == 0 and ctx.locks.get(chosen) is None:
             fallback = rest[int(rng.integers(len(rest)))]
             _set_available(ctx, item["product_id"], chosen, False)
             _set_available(ctx, item["product_id"], fallback, True)
@@ -524,25 +544,28 @@ def _build_change_items(ctx: Context, r: Request, hidden: float) -> None:
             )
         old_ids.append(item["item_id"])
         new_ids.append(chosen)
+    if r.variant == "unavailable" and not first_choice:
+        r.variant = "none"  # the drawn first choice must stay available for an earlier request
     prices = {v: p["variants"][v]["price"] for p in ctx.now["products"].values() for v in p["variants"]}
     difference = money(sum(prices[v] for v in new_ids) - sum(prices[v] for v in old_ids))
     user_id = ctx.user["user_id"]
     depends: list[str] = []
     if r.variant == "gift_card":
         card = ctx.ensure_method("gift_card")
-        other = ctx.ensure_method(pick(rng, ("credit_card", "paypal")))
         balance = money(difference * rng.uniform(0.1, 0.8))
-        ctx.mutate(lambda s: s["users"][user_id]["payment_methods"][card].__setitem__("balance", balance))
-        wanted, method = card, other
-    else:
-        methods = sorted(ctx.now["users"][user_id]["payment_methods"])
+        if card in ctx.cards_paid or not ctx.set_balance(card, balance):
+            r.variant = "none"  # earlier refunds to this card make the obstacle impossible: plain request
+        else:
+            wanted, method = card, ctx.ensure_method(pick(rng, ("credit_card", "paypal")))
+            ctx.cards_short.add(card)
+    if r.variant != "gift_card":
+        methods = sorted(m for m in ctx.now["users"][user_id]["payment_methods"] if m not in ctx.cards_short)
         wanted = method = pick(rng, methods)
         current = ctx.now["users"][user_id]["payment_methods"][method]
         if current["source"] == "gift_card" and current["balance"] < difference:
-            topped = money(difference + rng.uniform(5, 100))
-            ctx.mutate(
-                lambda s: s["users"][user_id]["payment_methods"][method].__setitem__("balance", topped)
-            )
+            ctx.set_balance(method, money(difference + rng.uniform(5, 100)))
+        if current["source"] == "gift_card":
+            ctx.cards_paid.add(method)
     verb = "exchange" if exchange else "change"
     where = f"my delivered order {oid}" if exchange else f"my pending order {oid}"
     r.intro = f"In {where}, I'd like to {verb} " + " and ".join(phrases) + "; everything else the same."
