@@ -40,16 +40,14 @@ class ArithmeticEnv(gym.Env):
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        ds_seed = (
-            int(self.np_random.integers(2**31)) + (1 if (options or {}).get("split") == "test" else 0) * 0
-        )
+        ds_seed = int(self.np_random.integers(2**31))  # test seeds come from a disjoint seed range
         ds = self.rg.create_dataset(self.dataset, size=1, seed=ds_seed, **self.config)
         self.ds, self.entry = ds, ds[0]
-        messages = [
+        self.messages = [
             {"role": "system", "content": SYSTEM},
             {"role": "user", "content": self.entry["question"]},
         ]
-        return messages, {"tools": [], "base_system_prompt": SYSTEM}
+        return list(self.messages), {"tools": [], "base_system_prompt": SYSTEM}
 
     def oracle_actions(self):
         return [{"content": str(self.entry["answer"])}]
@@ -61,7 +59,7 @@ class ArithmeticEnv(gym.Env):
         return list(self.messages), reward, True, False, {}
 
 
-def pick_env(env_id: str | None) -> str:
+def pick_env(env_id: str | None, digits: int = 1) -> str:
     import contextlib
 
     with contextlib.suppress(ImportError):
@@ -77,7 +75,7 @@ def pick_env(env_id: str | None) -> str:
                 min_terms=2,
                 max_terms=2,
                 min_digits=1,
-                max_digits=2,
+                max_digits=digits,
                 operators=("+", "-"),
                 allow_negation=False,
             ),
@@ -89,6 +87,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--env", default=None)
     p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--digits", type=int, default=1, help="operand digits of the fallback arithmetic task")
     p.add_argument("--out", default="runs/demo")
     p.add_argument("--sft-episodes", type=int, default=256)
     p.add_argument("--steps", type=int, default=60)
@@ -104,7 +103,7 @@ def main() -> None:
     a = p.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    env_id = pick_env(a.env)
+    env_id = pick_env(a.env, a.digits)
     t_start = time.time()
     log = open(out / "demo_log.jsonl", "a", encoding="utf-8")  # noqa: SIM115
 

@@ -130,3 +130,6 @@ def register() -> None:
     for name, cls in (("traintest/echo-v0", EchoEnv), ("traintest/lookup-v0", LookupEnv)):
         if name not in gym.registry:
             gym.register(name, entry_point=cls)
+
+
+register()  # so that "tests.train.toy_envs:traintest/echo-v0" works from any process

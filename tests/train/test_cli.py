@@ -1,0 +1,227 @@
+"""The CLI commands end to end on a tiny model directory (in process, and under accelerate launch)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from trace_train.commands import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_sft_train_evaluate_cli(tiny_model_dir, tmp_path, capsys):
+    sft_out = tmp_path / "sft"
+    rc = main(
+        [
+            "sft",
+            "traintest/lookup-v0",
+            "--model",
+            str(tiny_model_dir),
+            "--episodes",
+            "6",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "3",
+            "--lora-rank",
+            "4",
+            "--out",
+            str(sft_out),
+            "--merge",
+        ]
+    )
+    assert rc == 0
+    summary = json.loads((sft_out / "sft_summary.json").read_text())
+    assert summary["trajectories"] == 6 and summary["oracle_failures"] == 0
+    assert (sft_out / "adapter" / "adapter_config.json").is_file()
+    assert (sft_out / "merged" / "config.json").is_file()
+
+    train_out = tmp_path / "grpo"
+    rc = main(
+        [
+            "train",
+            "traintest/lookup-v0",
+            "--model",
+            str(sft_out / "merged"),
+            "--out",
+            str(train_out),
+            "--steps",
+            "2",
+            "--groups-per-step",
+            "2",
+            "--group-size",
+            "2",
+            "--max-new-tokens",
+            "8",
+            "--max-turns",
+            "2",
+            "--lora-rank",
+            "4",
+            "--hint-fraction",
+            "0.5",
+            "--no-progress",
+            "--save-every",
+            "1",
+        ]
+    )
+    assert rc == 0
+    assert (train_out / "adapter" / "adapter_config.json").is_file()
+    metrics = [json.loads(x) for x in (train_out / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 2
+    for key in (
+        "reward_mean",
+        "reward_std",
+        "success_rate",
+        "informative_group_share",
+        "loss",
+        "kl",
+        "clip_fraction",
+        "gen_tokens_per_s",
+        "train_tokens_per_s",
+        "peak_memory_mb",
+    ):
+        assert key in metrics[0]
+    assert list((train_out / "tensorboard").iterdir())
+
+    traj = tmp_path / "eval.jsonl"
+    capsys.readouterr()
+    rc = main(
+        [
+            "evaluate",
+            "traintest/lookup-v0",
+            "--model",
+            str(tiny_model_dir),
+            "--adapter",
+            str(train_out / "adapter"),
+            "--episodes",
+            "4",
+            "--split",
+            "test",
+            "--max-new-tokens",
+            "8",
+            "--max-turns",
+            "2",
+            "--out",
+            str(traj),
+            "--json",
+        ]
+    )
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "success" in out and "95% CI" in out
+    rows = [json.loads(x) for x in traj.read_text().splitlines()]
+    assert len(rows) == 4 and all(r["seed"] >= 1_000_000_000 for r in rows)  # test seeds only
+
+
+def test_cli_errors(tiny_model_dir, tmp_path, capsys):
+    assert main(["evaluate", "traintest/echo-v0", "--model", str(tmp_path / "nope"), "--episodes", "1"]) == 2
+    assert "unknown model" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "train",
+                "traintest/echo-v0",
+                "--model",
+                str(tiny_model_dir),
+                "--out",
+                str(tmp_path / "r"),
+                "--resume",
+                str(tmp_path / "missing"),
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
+    assert "checkpoint" in capsys.readouterr().err
+
+
+def test_module_env_id_third_party_path(tiny_model_dir, tmp_path):
+    """``module:ns/name-vN`` ids and plain-string observations (the third-party shape)."""
+    rc = main(
+        [
+            "train",
+            "tests.train.toy_envs:traintest/echo-v0",
+            "--model",
+            str(tiny_model_dir),
+            "--out",
+            str(tmp_path / "o"),
+            "--steps",
+            "1",
+            "--groups-per-step",
+            "2",
+            "--group-size",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--lora-rank",
+            "2",
+            "--no-progress",
+            "--no-tensorboard",
+        ]
+    )
+    assert rc == 0
+
+
+@pytest.mark.skipif(shutil.which("accelerate") is None, reason="accelerate CLI not installed")
+def test_accelerate_two_processes(tiny_model_dir, tmp_path):
+    out = tmp_path / "ddp"
+    cmd = [
+        shutil.which("accelerate"),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "-m",
+        "trace_train.commands",
+        "train",
+        "tests.train.toy_envs:traintest/echo-v0",
+        "--model",
+        str(tiny_model_dir),
+        "--out",
+        str(out),
+        "--groups-per-step",
+        "1",
+        "--group-size",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--lora-rank",
+        "2",
+        "--no-progress",
+        "--no-tensorboard",
+        "--save-every",
+        "1",
+        "--dynamic-sampling",
+        "--steps",
+        "2",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (out / "adapter" / "adapter_model.safetensors").is_file()
+    ckpt = out / "checkpoints" / "step-0000002"
+    assert (ckpt / "rng-rank0.pt").is_file() and (ckpt / "rng-rank1.pt").is_file()
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
+    # resume under the same world size continues
+    proc = subprocess.run(
+        [*cmd, "--steps", "3", "--resume", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
