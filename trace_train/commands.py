@@ -101,11 +101,10 @@ def cmd_evaluate(ns: argparse.Namespace) -> int:
 
 
 def _make_policy(ns: argparse.Namespace):
-    if ns.base_url:
-        from trace_train.policies import openai_http
+    if ns.base_url:  # generation on an OpenAI-compatible server; --adapter names a hot-loaded LoRA there
+        from trace_train.policies.openai_http import OpenAIHTTPPolicy
 
-        cls = getattr(openai_http, "OpenAIHTTPPolicy", None) or openai_http.OpenAIPolicy  # owned elsewhere
-        return cls(base_url=ns.base_url, model=ns.model)
+        return OpenAIHTTPPolicy(model=ns.model, base_url=ns.base_url, lora_name=ns.adapter)
     from trace_train.policies.hf import HFPolicy
 
     return HFPolicy.from_pretrained(ns.model, adapter=ns.adapter, dtype=ns.dtype)
@@ -132,7 +131,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     ev.add_argument("env_id")
     ev.add_argument("--model", default="smollm2-135m", help="alias, local HF dir, or served model name")
-    ev.add_argument("--adapter", default=None, help="PEFT adapter directory (trace train/sft output)")
+    ev.add_argument(
+        "--adapter",
+        default=None,
+        help="PEFT adapter directory (trace train/sft output); with --base-url, the served LoRA name",
+    )
     ev.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (vLLM, llama.cpp) instead")
     ev.add_argument("--episodes", type=int, default=50)
     ev.add_argument("--split", default="test", choices=["train", "test"])

@@ -225,3 +225,30 @@ def test_accelerate_two_processes(tiny_model_dir, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
+
+
+def test_evaluate_through_openai_compatible_standin(tmp_path, capsys):
+    """The HTTP policy path of `trace evaluate` against the local stand-in server (no network)."""
+    from tests.openai_standin import StandinServer
+
+    def respond(request):
+        question = request["messages"][-1]["content"]
+        return "b" if " b." in question else "a"  # always right on the echo env
+
+    with StandinServer(respond=respond) as server:
+        rc = main(
+            [
+                "evaluate",
+                "traintest/echo-v0",
+                "--model",
+                "stand-in",
+                "--base-url",
+                server.base_url,
+                "--episodes",
+                "6",
+                "--out",
+                str(tmp_path / "t.jsonl"),
+            ]
+        )
+    assert rc == 0
+    assert "success 1.000" in capsys.readouterr().out

@@ -23,6 +23,7 @@ class SamplingConfig:
     top_p: float = 1.0
     top_k: int = 0  # 0 disables top-k
     max_new_tokens: int = 256
+    min_new_tokens: int = 0  # >0 suppresses end-of-turn before that many tokens (benchmarks: fixed lengths)
     stop: tuple[str, ...] = field(default_factory=tuple)
     seed: int | None = None  # per-call seed where the backend supports it (HTTP servers)
 

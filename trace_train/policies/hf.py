@@ -100,6 +100,8 @@ class HFPolicy:
             eos_token_id=sorted(self.eos_ids),
             use_cache=True,
         )
+        if sampling.min_new_tokens:
+            kwargs["min_new_tokens"] = sampling.min_new_tokens
         if sampling.greedy:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:
