@@ -129,10 +129,25 @@ if "bench/prompt-v0" not in gym.registry:
 def bench_trace_grpo(model: str, steps: int, groups: int, g: int, comp: int, rank: int) -> list[float]:
     from trace_train.grpo.trainer import GRPOArgs, GRPOTrainer
 
-    args = GRPOArgs(env_id="bench/prompt-v0", model=model, out=tempfile.mkdtemp(prefix="bench-trace-"),
-                    steps=steps + 1, groups_per_step=groups, group_size=g, max_new_tokens=comp, max_turns=1,
-                    loss_type="grpo", beta=0.0, lora_rank=rank, lora_alpha=2 * rank, micro_batch_size=groups * g,
-                    save_every=0, tensorboard=False, progress=False, lr=1e-5)
+    args = GRPOArgs(
+        env_id="bench/prompt-v0",
+        model=model,
+        out=tempfile.mkdtemp(prefix="bench-trace-"),
+        steps=steps + 1,
+        groups_per_step=groups,
+        group_size=g,
+        max_new_tokens=comp,
+        max_turns=1,
+        loss_type="grpo",
+        beta=0.0,
+        lora_rank=rank,
+        lora_alpha=2 * rank,
+        micro_batch_size=groups * g,
+        save_every=0,
+        tensorboard=False,
+        progress=False,
+        lr=1e-5,
+    )
     trainer = GRPOTrainer(args)
     trainer.sampling = replace(trainer.sampling, min_new_tokens=comp)
     times = []
@@ -164,18 +179,46 @@ def bench_trl_grpo(model: str, steps: int, groups: int, g: int, comp: int, rank:
             times.append(time.perf_counter() - self.t0)
 
     cfg = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="bench-trl-"), use_cpu=True, bf16=False, report_to="none",
-        per_device_train_batch_size=groups * g, num_generations=g, max_completion_length=comp,
-        generation_kwargs={"min_new_tokens": comp}, max_steps=steps + 1, learning_rate=1e-5, beta=0.0,
-        loss_type="grpo", logging_steps=1000, save_strategy="no", gradient_accumulation_steps=1,
-        num_iterations=1, temperature=1.0, disable_dropout=True, dataloader_num_workers=0, seed=0,
+        output_dir=tempfile.mkdtemp(prefix="bench-trl-"),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        per_device_train_batch_size=groups * g,
+        num_generations=g,
+        max_completion_length=comp,
+        generation_kwargs={"min_new_tokens": comp},
+        max_steps=steps + 1,
+        learning_rate=1e-5,
+        beta=0.0,
+        loss_type="grpo",
+        logging_steps=1000,
+        save_strategy="no",
+        gradient_accumulation_steps=1,
+        num_iterations=1,
+        temperature=1.0,
+        disable_dropout=True,
+        dataloader_num_workers=0,
+        seed=0,
     )
     lora = LoraSettings(rank=rank, alpha=2 * rank)
-    peft = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=lora.target_modules,
-                      task_type="CAUSAL_LM")
-    trainer = GRPOTrainer(model=m, reward_funcs=lambda completions, **kw: reward_fn(
-        [c[-1]["content"] if isinstance(c, list) else c for c in completions]), args=cfg, train_dataset=data,
-        processing_class=tok, peft_config=peft, callbacks=[Timer()])
+    peft = LoraConfig(
+        r=rank,
+        lora_alpha=2 * rank,
+        lora_dropout=0.0,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    trainer = GRPOTrainer(
+        model=m,
+        reward_funcs=lambda completions, **kw: reward_fn(
+            [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        ),
+        args=cfg,
+        train_dataset=data,
+        processing_class=tok,
+        peft_config=peft,
+        callbacks=[Timer()],
+    )
     trainer.train()
     return times[1:]
 
@@ -197,24 +240,38 @@ def main() -> None:
     a = p.parse_args()
     torch.manual_seed(0)
     model = str(save_tiny_model(Path(tempfile.mkdtemp()) / "tiny")) if a.tiny else a.model
-    report: dict[str, Any] = {"model": "tiny-random" if a.tiny else a.model, "torch_threads": torch.get_num_threads()}
+    report: dict[str, Any] = {
+        "model": "tiny-random" if a.tiny else a.model,
+        "torch_threads": torch.get_num_threads(),
+    }
     if a.skip != "rollout":
         base, tok = load_model(model)
         r = bench_rollouts(HFPolicy(base, tok), a.conversations, a.rollout_tokens, a.turns)
         report["rollout"] = r
-        print(f"(a) rollouts: {r['conversations']} conversations x {r['turns']} turns x {r['new_tokens_per_turn']} "
-              f"tokens: batched {r['batched_tokens_per_s']:.1f} tok/s vs one-at-a-time "
-              f"{r['sequential_tokens_per_s']:.1f} tok/s -> {r['speedup']:.2f}x (target >= 3x)", flush=True)
+        print(
+            f"(a) rollouts: {r['conversations']} conversations x {r['turns']} turns x {r['new_tokens_per_turn']} "
+            f"tokens: batched {r['batched_tokens_per_s']:.1f} tok/s vs one-at-a-time "
+            f"{r['sequential_tokens_per_s']:.1f} tok/s -> {r['speedup']:.2f}x (target >= 3x)",
+            flush=True,
+        )
     if a.skip != "grpo":
         kw = dict(steps=a.steps, groups=a.groups, g=a.group_size, comp=a.completion, rank=a.lora_rank)
         ours = bench_trace_grpo(model, **kw)
         theirs = bench_trl_grpo(model, **kw)
         o, t = statistics.median(ours), statistics.median(theirs)
-        report["grpo"] = {"trace_s_per_step": o, "trl_s_per_step": t, "trl_over_trace": t / o,
-                          "trace_steps": ours, "trl_steps": theirs, **kw}
-        print(f"(b) GRPO step ({a.groups} prompts x G={a.group_size}, {a.completion} completion tokens, LoRA "
-              f"r={a.lora_rank}): trace {o:.2f} s vs TRL {t:.2f} s -> TRL/trace = {t / o:.2f} (target >= 1)",
-              flush=True)
+        report["grpo"] = {
+            "trace_s_per_step": o,
+            "trl_s_per_step": t,
+            "trl_over_trace": t / o,
+            "trace_steps": ours,
+            "trl_steps": theirs,
+            **kw,
+        }
+        print(
+            f"(b) GRPO step ({a.groups} prompts x G={a.group_size}, {a.completion} completion tokens, LoRA "
+            f"r={a.lora_rank}): trace {o:.2f} s vs TRL {t:.2f} s -> TRL/trace = {t / o:.2f} (target >= 1)",
+            flush=True,
+        )
     print(json.dumps(report, indent=2))
     if a.json_out:
         Path(a.json_out).write_text(json.dumps(report, indent=2))

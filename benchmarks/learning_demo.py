@@ -126,7 +126,7 @@ def main() -> None:
             merge=True,
             dtype=a.dtype,
             max_turns=max(a.max_turns, 8),
-            seed_offset=1_000_000,  # SFT tasks disjoint from the GRPO ones, both train split
+            seed_offset=500_000,  # SFT tasks disjoint from the GRPO ones (GRPO counts up from 0), both train split
         )
     )
     record(phase="sft", **{k: v for k, v in sft.items() if k != "adapter"})

@@ -8,9 +8,11 @@ from typing import Any
 
 import gymnasium as gym
 
-# Third-party envs may ignore options["split"]; disjoint seed ranges keep test instances out of training anyway.
+# trace envs take a split-relative seed plus options["split"] and map it into the split's own seed range.
+# Third-party envs ignore options["split"]; for them disjoint seed ranges keep test instances out of training.
 TRAIN_SEED_BASE = 0
 TEST_SEED_BASE = 1_000_000_000
+TRACE_PACKAGES = ("trace_gym", "generated_envs")
 
 
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:
@@ -22,7 +24,19 @@ def make_env(env_id: str, **kwargs: Any) -> gym.Env:
     return gym.make(env_id, disable_env_checker=True, **kwargs)
 
 
-def split_seed(split: str, index: int) -> int:
+def honours_splits(env: gym.Env) -> bool:
+    """True for envs that implement the trace contract's ``options={"split": ...}`` (seed = index in split)."""
+    flag = getattr(env.unwrapped, "supports_splits", None)
+    if flag is not None:
+        return bool(flag)
+    # trace envs and their subclasses (generated envs, test domains) all follow the contract
+    return any(c.__module__.split(".")[0] in TRACE_PACKAGES for c in type(env.unwrapped).__mro__)
+
+
+def split_seed(split: str, index: int, env: gym.Env | None = None) -> int:
+    """The reset seed of the ``index``-th task of ``split`` for ``env``."""
+    if env is not None and honours_splits(env):
+        return index
     return (TEST_SEED_BASE if split == "test" else TRAIN_SEED_BASE) + index
 
 

@@ -94,8 +94,9 @@ def evaluate(
 ) -> EvalResult:
     """Greedy by default; seeds are ``split_seed(split, seed_offset + i)`` so test seeds never overlap training."""
     sampling = sampling or SamplingConfig(temperature=0.0, max_new_tokens=256)
+    probe = make_env(env_id)
     specs = [
-        ResetSpec(seed=split_seed(split, seed_offset + i), group=i, split=split, difficulty=difficulty)
+        ResetSpec(seed=split_seed(split, seed_offset + i, probe), group=i, split=split, difficulty=difficulty)
         for i in range(episodes)
     ]
     records: list[dict[str, Any]] = []

@@ -66,7 +66,16 @@ def oracle_trajectories(
             out.append(policy.renderer.encode(text) + [eos])
         return out
 
-    trajs = collect(policy, envs, specs, SamplingConfig(temperature=0.0), max_turns, generator=teacher)
+    # no token cap: oracle conversations of tool envs are long, and a cut one would be dropped as a failure
+    trajs = collect(
+        policy,
+        envs,
+        specs,
+        SamplingConfig(temperature=0.0),
+        max_turns,
+        max_total_tokens=10**9,
+        generator=teacher,
+    )
     ok = [t for t in trajs if t.reward >= 1.0]
     return ok, len(trajs) - len(ok)
 
@@ -80,7 +89,9 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
         from trace_train.policies.hf import attach_lora
 
         policy.model = attach_lora(policy.model, lora, None)
-    seeds = [split_seed("train", args.seed_offset + i) for i in range(args.episodes)]
+    probe = make_env(args.env_id)
+    seeds = [split_seed("train", args.seed_offset + i, probe) for i in range(args.episodes)]
+    probe.close()
     trajs, failed = oracle_trajectories(policy, args.env_id, seeds, args.max_turns, args.difficulty)
     if not trajs:
         raise RuntimeError(f"no oracle trajectory of {args.env_id} scored 1.0 ({failed} failed)")

@@ -140,7 +140,7 @@ class GRPOTrainer:
         n_hint = round(a.hint_fraction * a.group_size)
         specs = []
         for g, task in enumerate(task_indices):
-            seed = split_seed("train", task)
+            seed = split_seed("train", task, self.envs[0])
             for j in range(a.group_size):
                 specs.append(
                     ResetSpec(seed=seed, group=g, hint=j < n_hint, split="train", difficulty=a.difficulty)
