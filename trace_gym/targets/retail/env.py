@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from trace_gym.core.env import ChatToolEnv, Episode, Evaluation
+from trace_gym.openai_client import OpenAIClient
+from trace_gym.targets.retail.llm_user import RetailLLMUser
 from trace_gym.targets.retail.policy import HINT, POLICY
 from trace_gym.targets.retail.tasks import Task, generate_task
 from trace_gym.targets.retail.tools import make_tools
@@ -15,6 +18,8 @@ from trace_gym.targets.retail.verifier import evaluate
 from trace_gym.worlds import State, Tool
 
 _TOOLS = make_tools()  # built once: JSON Schema checks of 14 tools cost more than a whole reset
+USERS = ("scripted", "llm")
+LLM_USER_OPTIONS = ("temperature", "seed", "max_tokens", "max_replies", "system_template", "greeting")
 
 
 class RetailEnv(ChatToolEnv):
@@ -50,6 +55,13 @@ class RetailEnv(ChatToolEnv):
     Splits
         ``options={"split": "train"}`` / ``{"split": "test"}`` map seed i to disjoint ranges; the fixed
         evaluation set is test seeds 0..199 at the default difficulty.
+    User
+        ``user="scripted"`` (default): the deterministic scripted user. ``user="llm"``: the user is played
+        by ``user_model`` behind an OpenAI-compatible server (``user_base_url``, else ``$OPENAI_BASE_URL``
+        or ``http://127.0.0.1:8000/v1``; ``user_api_key``; ``user_options`` go to
+        :class:`~trace_gym.worlds.llm_user.LLMUser`, e.g. ``{"temperature": 0.0, "max_replies": 30}``). The
+        task, the tools and the verifier are the same; facts told and confirmations are read off the LLM's
+        replies by text matching (``llm_user.py``).
     """
 
     capability = ""
@@ -66,7 +78,30 @@ class RetailEnv(ChatToolEnv):
         max_turns: int = 50,
         max_invalid_turns: int = 5,
         max_tool_calls_per_turn: int = 8,
+        user: str = "scripted",
+        user_model: str | None = None,
+        user_base_url: str | None = None,
+        user_api_key: str | None = None,
+        user_options: Mapping[str, Any] | None = None,
     ):
+        if user not in USERS:
+            raise ValueError(f"user must be one of {list(USERS)}, got {user!r}")
+        if user == "llm" and not user_model:
+            raise ValueError(
+                'user="llm" needs user_model, the model name the OpenAI-compatible server serves '
+                '(e.g. gym.make("trace/retail-v0", user="llm", user_model="Qwen/Qwen2.5-7B-Instruct"))'
+            )
+        if user == "scripted" and (user_model or user_base_url or user_api_key or user_options):
+            raise ValueError('user_model, user_base_url, user_api_key and user_options need user="llm"')
+        unknown = set(user_options or {}) - set(LLM_USER_OPTIONS)
+        if unknown:
+            raise ValueError(f"unknown user_options {sorted(unknown)}; known: {', '.join(LLM_USER_OPTIONS)}")
+        self.user = user
+        self.user_model = user_model
+        self.user_options = dict(user_options or {})
+        self.user_client = (
+            OpenAIClient(base_url=user_base_url, api_key=user_api_key) if user == "llm" else None
+        )
         self.task: Task | None = None
         super().__init__(render_mode, difficulty, max_turns, max_invalid_turns, max_tool_calls_per_turn)
 
@@ -76,7 +111,19 @@ class RetailEnv(ChatToolEnv):
     def _new_episode(self, rng: np.random.Generator, difficulty: int) -> Episode:
         task = generate_task(rng, difficulty)
         self.task = task
-        user = RetailUser(task, state=self._live_state, clock=lambda: self.turn)
+        user: RetailUser
+        if self.user_client is not None:
+            assert self.user_model is not None
+            user = RetailLLMUser(
+                task,
+                state=self._live_state,
+                clock=lambda: self.turn,
+                model=self.user_model,
+                client=self.user_client,
+                **self.user_options,
+            )
+        else:
+            user = RetailUser(task, state=self._live_state, clock=lambda: self.turn)
         return Episode(
             system_prompt=POLICY,
             state=task.initial_state,

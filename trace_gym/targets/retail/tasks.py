@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +79,11 @@ TRIGGERS: dict[str, tuple[str, ...]] = {
                 "too low"),
 }  # fmt: skip
 REASON_TEXT = {"no longer needed": "I no longer need it", "ordered by mistake": "I ordered it by mistake"}
+# How a user may give a cancellation reason in its own words (for an LLM-played user, see ``UserFact.markers``).
+REASON_MARKERS = {
+    "no longer needed": r"no longer need|(?:don't|don’t|do not|not) (?:need|want)|any ?more",
+    "ordered by mistake": r"mistake|by accident|accidental",
+}
 OUT_OF_SCOPE = (
     ("I was charged twice by my bank for one of my orders and I want to dispute the second charge.",
      "dispute a duplicate bank charge"),
@@ -91,11 +97,39 @@ OUT_OF_SCOPE = (
 
 @dataclass(frozen=True)
 class UserFact:
-    """Something the user reveals when the agent's message contains one of ``triggers``."""
+    """Something the user reveals when the agent's message contains one of ``triggers``.
+
+    ``markers`` (regular expressions, matched case-insensitively) make the fact told when the user says it in
+    its own words (an LLM-played user, ``llm_user.py``): the fact is told once every marker has appeared in
+    what the user said. They are the fact's distinctive values (an email, an order id, a name and zip code, a
+    street, a card's last four digits); ``value`` always matches them. They are not part of ``describe()``.
+    """
 
     name: str
     value: str
     triggers: tuple[str, ...]
+    markers: tuple[str, ...] = ()
+
+    def told_at(self, said: Sequence[tuple[int, str]]) -> int | None:
+        """The turn by which every marker appeared in ``said`` ((turn, user message), in order), or None.
+        Without markers, the whole value must appear."""
+        patterns = self.markers or (re.escape(self.value),)
+        turns = []
+        for pattern in patterns:
+            turn = next((t for t, text in said if re.search(pattern, text, re.IGNORECASE)), None)
+            if turn is None:
+                return None
+            turns.append(turn)
+        return max(turns)
+
+
+def exact(*values: str) -> tuple[str, ...]:
+    """Markers for literal values, as whole words; an order id's leading ``#`` is optional."""
+    markers = []
+    for value in values:
+        body = "#?" + re.escape(value[1:]) if value.startswith("#") else re.escape(value)
+        markers.append(rf"(?<!\w){body}(?!\w)")
+    return tuple(markers)
 
 
 @dataclass(frozen=True)
@@ -249,6 +283,13 @@ class Context:
         if method["source"] == "credit_card":
             return f"{method['brand']} credit card ending in {method['last_four']}"
         return "PayPal account" if method["source"] == "paypal" else "gift card"
+
+    def method_markers(self, method_id: str) -> tuple[str, ...]:
+        """What names the method in the user's words: a card's last four digits, "PayPal", "gift card"."""
+        method = self.state["users"][self.user["user_id"]]["payment_methods"][method_id]
+        if method["source"] == "credit_card":
+            return exact(method["last_four"])
+        return exact("paypal") if method["source"] == "paypal" else (r"gift ?card",)
 
     def ensure_method(self, source: str) -> str:
         """The user's payment method of a source, adding one if the user has none."""
@@ -408,7 +449,7 @@ def _build_cancel(ctx: Context, r: Request, hidden: float) -> None:
         script.append(call("get_order_details", order_id=oid))
     elif r.variant == "ask_id":
         r.intro = "I'd like to cancel one of my orders"
-        r.facts.append(UserFact("order_id", f"It's order {oid}.", TRIGGERS["order_id"]))
+        r.facts.append(UserFact("order_id", f"It's order {oid}.", TRIGGERS["order_id"], exact(oid)))
         r.capabilities.add("information-gathering")
         depends.append("order_id")
         script += [
@@ -436,6 +477,7 @@ def _build_cancel(ctx: Context, r: Request, hidden: float) -> None:
                 "order_hint",
                 f"Oh, maybe I got the number wrong. It's my order with the {product} in it.",
                 TRIGGERS["not_found"],
+                exact(str(product)),
             )
         )
         depends.append("order_hint")
@@ -446,7 +488,9 @@ def _build_cancel(ctx: Context, r: Request, hidden: float) -> None:
         ]
     if hidden and ctx.chance(hidden):
         r.intro += "."
-        r.facts.append(UserFact("reason", f"{REASON_TEXT[reason]}.", TRIGGERS["reason"]))
+        r.facts.append(
+            UserFact("reason", f"{REASON_TEXT[reason]}.", TRIGGERS["reason"], (REASON_MARKERS[reason],))
+        )
         r.capabilities.add("information-gathering")
         depends.append("reason")
         script.append(say(f"Could you tell me the reason for cancelling order {oid}?"))
@@ -478,7 +522,8 @@ def _build_modify_address(ctx: Context, r: Request, hidden: float) -> None:
     text = f"{line}, {address['state']} {address['zip']}, {address['country']}"
     r.intro = f"I have moved. Could you change the shipping address of my order {oid} to my new address?"
     r.capabilities |= {"precondition-checking", "precise-arguments", "information-gathering"}
-    r.facts.append(UserFact("address", f"My new address is {text}.", TRIGGERS["address"]))
+    markers = exact(address["address1"], address["city"], address["zip"])
+    r.facts.append(UserFact("address", f"My new address is {text}.", TRIGGERS["address"], markers))
     r.writes.append(Write("modify_pending_order_address", {"order_id": oid, **address}, ("address",)))
     r.reads.append(("get_order_details", oid))
     r.script = [
@@ -523,6 +568,7 @@ def _build_change_items(ctx: Context, r: Request, hidden: float) -> None:
     if not changes:
         changes = _pick_changes(ctx, oid, n_change, pricier=False)
     old_ids, new_ids, first_choice, phrases, fallback_phrases = [], [], [], [], []
+    fallback_values: list[str] = []
     for index, (item, candidates) in enumerate(changes):
         chosen = candidates[int(rng.integers(len(candidates)))]
         rest = [c for c in candidates if c != chosen]
@@ -533,6 +579,9 @@ def _build_change_items(ctx: Context, r: Request, hidden: float) -> None:
             _set_available(ctx, item["product_id"], fallback, True)
             first_choice.append(chosen)
             fallback_phrases.append(changed_options(item["options"], variants[fallback]["options"]))
+            fallback_values += [
+                v for k, v in variants[fallback]["options"].items() if item["options"].get(k) != v
+            ]
             phrases.append(
                 f"the {item['name']} to the one with {changed_options(item['options'], variants[chosen]['options'])}"
             )
@@ -581,7 +630,7 @@ def _build_change_items(ctx: Context, r: Request, hidden: float) -> None:
         ("get_product_details", item["product_id"]) for item, _ in changes
     ]
     if hidden and ctx.chance(hidden):
-        r.facts.append(UserFact("payment", pay, TRIGGERS["payment"]))
+        r.facts.append(UserFact("payment", pay, TRIGGERS["payment"], ctx.method_markers(wanted)))
         r.capabilities.add("information-gathering")
         depends.append("payment")
         script.append(say("Which payment method should I use for the price difference?"))
@@ -596,6 +645,7 @@ def _build_change_items(ctx: Context, r: Request, hidden: float) -> None:
                 "fallback",
                 f"Oh, too bad. Then I'll take the one with {fallback_phrases[0]} instead.",
                 TRIGGERS["unavailable"],
+                exact(*fallback_values),
             )
         )
         depends.append("fallback")
@@ -613,6 +663,7 @@ def _build_change_items(ctx: Context, r: Request, hidden: float) -> None:
                 "other_payment",
                 f"I see. Then please use my {ctx.method_text(method)} instead.",
                 TRIGGERS["balance"],
+                ctx.method_markers(method),
             )
         )
         depends.append("other_payment")
@@ -660,7 +711,7 @@ def _build_return(ctx: Context, r: Request, hidden: float) -> None:
     depends: list[str] = []
     script: list[dict[str, Any]] = [call("get_order_details", order_id=oid)]
     if hidden and ctx.chance(hidden):
-        r.facts.append(UserFact("payment", pay, TRIGGERS["payment"]))
+        r.facts.append(UserFact("payment", pay, TRIGGERS["payment"], ctx.method_markers(method)))
         r.capabilities.add("information-gathering")
         depends.append("payment")
         script.append(say("Which payment method should the refund go to: the original one or a gift card?"))
@@ -805,6 +856,7 @@ def generate_task(rng: np.random.Generator, difficulty: int) -> Task:
 
     first, last, zip_code = user["name"]["first_name"], user["name"]["last_name"], user["address"]["zip"]
     name_zip = f"My name is {first} {last} and my zip code is {zip_code}."
+    name_zip_markers = exact(first, last, zip_code)
     auth = "old_email" if ctx.chance(level.old_email) else pick(rng, ("email", "email", "email", "name_zip"))
     user_id = user["user_id"]
     oracle: list[dict[str, Any]] = []
@@ -812,8 +864,8 @@ def generate_task(rng: np.random.Generator, difficulty: int) -> Task:
         old = f"{first.lower()}{int(rng.integers(10, 99))}@{pick(rng, ('oldmail.com', 'mail.net', 'inbox.org'))}"
         opening = f"Hi! My email is {old}. " + requests[0].intro
         identity = [
-            UserFact("email", f"The only email I know is {old}.", TRIGGERS["email"]),
-            UserFact("name_zip", name_zip, TRIGGERS["name_zip"] + TRIGGERS["not_found"]),
+            UserFact("email", f"The only email I know is {old}.", TRIGGERS["email"], exact(old)),
+            UserFact("name_zip", name_zip, TRIGGERS["name_zip"] + TRIGGERS["not_found"], name_zip_markers),
         ]
         oracle += [
             call("find_user_id_by_email", email=old),
@@ -826,8 +878,8 @@ def generate_task(rng: np.random.Generator, difficulty: int) -> Task:
         opening = "Hi! " + requests[0].intro
         forgot = f"I don't remember which email I used. {name_zip}"
         identity = [
-            UserFact("email", forgot, TRIGGERS["email"]),
-            UserFact("name_zip", name_zip, TRIGGERS["name_zip"]),
+            UserFact("email", forgot, TRIGGERS["email"], exact(zip_code)),
+            UserFact("name_zip", name_zip, TRIGGERS["name_zip"], name_zip_markers),
         ]
         oracle += [
             say("I can help with that. First, could you tell me your email so that I can authenticate you?"),
@@ -836,8 +888,8 @@ def generate_task(rng: np.random.Generator, difficulty: int) -> Task:
     else:
         opening = "Hi! " + requests[0].intro
         identity = [
-            UserFact("email", f"My email is {user['email']}.", TRIGGERS["email"]),
-            UserFact("name_zip", name_zip, TRIGGERS["name_zip"]),
+            UserFact("email", f"My email is {user['email']}.", TRIGGERS["email"], exact(user["email"])),
+            UserFact("name_zip", name_zip, TRIGGERS["name_zip"], name_zip_markers),
         ]
         oracle += [
             say("I can help with that. First, could you tell me your email so that I can authenticate you?"),

@@ -13,7 +13,9 @@ Each agent message is handled in this order:
 4. a push request pushes once ("can't you make an exception?") after the agent's first answer to it;
 5. anything else is idle talk; after ``patience`` idle messages the user gives up (``###STOP###``).
 
-What the user heard, said, confirmed and revealed is recorded with the env's turn for the verifier.
+What the user heard, said, confirmed and revealed is recorded with the env's turn for the verifier. The
+bookkeeping (records, request progression, when a push is due) is shared with the LLM-played user of
+``llm_user.py``, which only takes its words from an LLM.
 """
 
 from __future__ import annotations
@@ -76,16 +78,41 @@ class RetailUser(UserSimulator):
         orders = self.state()["orders"]
         return all(orders.get(oid) == record for oid, record in request.expected_orders.items())
 
+    # ---- bookkeeping shared with the LLM-played user ---------------------------------------------------------
+    @staticmethod
+    def confirming_ids(message: str) -> set[str]:
+        """Order ids of a confirmation question (empty when the message is not one or names no order)."""
+        ids = set(ORDER_ID.findall(message))
+        return ids if CONFIRMATION_QUESTION.search(message) else set()
+
+    def push_due(self, request: Request) -> bool:
+        """A push request pushes once, after the agent's first answer to it."""
+        return bool(
+            request.push
+            and not self.pushed
+            and (request.push == "other_user" or self.needs_told(self.current))
+        )
+
+    def next_request(self) -> bool:
+        """The current request is done: raise the next one (True) or finish (False)."""
+        self.current += 1
+        self.pushed = False
+        if self.current >= len(self.task.requests):
+            self.finished = True
+            self.current = len(self.task.requests) - 1
+            return False
+        self.starts.append(len(self.heard))
+        return True
+
     # ---- internals -------------------------------------------------------------------------------------------
     def _answer(self, message: str, turn: int) -> UserReply:
         if self.finished:
             return UserReply(f"I have nothing more to add. {STOP}", done=True)
         request = self.task.requests[self.current]
-        ids = set(ORDER_ID.findall(message))
-        confirming = bool(CONFIRMATION_QUESTION.search(message)) and bool(ids)
-        if self._request_done(request, ids if confirming else set()):
+        ids = self.confirming_ids(message)
+        if self._request_done(request, ids):
             return self._advance()
-        if confirming:
+        if ids:
             goal = request.goal_orders
             if ids <= goal:
                 self.confirmations += [(turn, oid) for oid in sorted(ids)]
@@ -100,11 +127,7 @@ class RetailUser(UserSimulator):
                 if fact.value not in values:
                     values.append(fact.value)
             return UserReply(" ".join(values))
-        if (
-            request.push
-            and not self.pushed
-            and (request.push == "other_user" or self.needs_told(self.current))
-        ):
+        if self.push_due(request):
             self.pushed = True
             return UserReply(request.push_text)
         if CONFIRMATION_QUESTION.search(message) and request.writes:
@@ -124,11 +147,6 @@ class RetailUser(UserSimulator):
         return self.effect_done(request) and self.needs_told(self.current)
 
     def _advance(self) -> UserReply:
-        self.current += 1
-        self.pushed = False
-        if self.current >= len(self.task.requests):
-            self.finished = True
-            self.current = len(self.task.requests) - 1
+        if not self.next_request():
             return UserReply(f"Thank you, that is all I needed. {STOP}", done=True)
-        self.starts.append(len(self.heard))
         return UserReply(f"Thank you! One more thing: {self.task.requests[self.current].intro}")
