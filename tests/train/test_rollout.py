@@ -138,3 +138,43 @@ def test_tiny_model_builds():
         from trace_train.policies.base import as_conversation
 
         as_conversation(3)
+
+
+def test_dynamic_sampling_refills_whole_groups(tiny_model_dir, monkeypatch):
+    """Refilled groups replace dead ones one for one: every group keeps G members sharing one seed."""
+    from trace_train.grpo import trainer as trainer_mod
+    from trace_train.grpo.trainer import GRPOArgs, GRPOTrainer
+
+    args = GRPOArgs(
+        env_id="traintest/echo-v0",
+        model=str(tiny_model_dir),
+        out="unused",
+        group_size=3,
+        groups_per_step=4,
+        lora_rank=2,
+        dynamic_sampling=True,
+        max_refill_rounds=3,
+        max_new_tokens=2,
+    )
+    trainer = GRPOTrainer(args)
+    real = trainer_mod.collect
+    calls = {"n": 0}
+
+    def scripted(policy, envs, specs, *a, **k):
+        trajs = real(policy, envs, specs, *a, **k)
+        calls["n"] += 1
+        seen: set[int] = set()
+        for t in trajs:  # call 1: groups 1 and 2 dead; call 2: its first group dead; then all alive
+            dead = t.spec.group in (1, 2) if calls["n"] == 1 else (calls["n"] == 2 and t.spec.group == 0)
+            t.reward = 0.0 if dead or t.spec.group in seen else 1.0  # alive: one success per group
+            seen.add(t.spec.group)
+        return trajs
+
+    monkeypatch.setattr(trainer_mod, "collect", scripted)
+    trajs, metrics = trainer.collect_groups(trainer_mod.RolloutStats())
+    assert metrics["equal_reward_groups"] == 2 and metrics["refilled_groups"] == 2
+    groups = sorted({t.spec.group for t in trajs})
+    assert groups == [0, 1, 2, 3]
+    for g in groups:
+        members = [t for t in trajs if t.spec.group == g]
+        assert len(members) == 3 and len({t.spec.seed for t in members}) == 1

@@ -164,15 +164,15 @@ class GRPOTrainer:
         refilled = 0
         for _ in range(a.max_refill_rounds if a.dynamic_sampling else 0):
             dead = [g for g, ok in info.items() if not ok]
-            # every rank must run the same number of rounds for the shared task counter to stay aligned
-            n_dead = (
-                int(self.acc.reduce(torch.tensor(len(dead)), reduction="sum").item())
-                if self.world > 1
-                else len(dead)
-            )
-            if n_dead == 0:
+            # all ranks take the same number of tasks so the shared task counter stays aligned across ranks
+            n_take = len(dead)
+            if self.world > 1:
+                n_take = int(self.acc.gather(torch.tensor([len(dead)], device=self.acc.device)).max().item())
+            if n_take == 0:
                 break
-            new_specs = self._group_specs(self._take_tasks(len(dead)))
+            new_specs = self._group_specs(self._take_tasks(n_take)[: len(dead)])
+            if not new_specs:
+                continue
             n = len(new_specs)
             fresh = collect(
                 self.policy,
@@ -184,11 +184,13 @@ class GRPOTrainer:
                 stats=stats,
             )
             fresh_info = informative_groups([t.reward for t in fresh], [t.spec.group for t in fresh])
-            for slot, (new_g, ok) in zip(dead, fresh_info.items(), strict=False):
-                if not ok:
-                    continue
-                members = [t for t in fresh if t.spec.group == new_g]
-                for t in members:  # keep the old group id so groups stay distinct
+            by_group = {g: [t for t in fresh if t.spec.group == g] for g in fresh_info}
+            usable = [g for g, ok in fresh_info.items() if ok]
+            for slot, new_g in zip(
+                dead, usable, strict=False
+            ):  # an informative fresh group replaces a dead one
+                members = by_group[new_g]
+                for t in members:  # take over the dead group's id so group ids stay distinct
                     t.spec = dataclasses.replace(t.spec, group=slot)
                 trajs = [t for t in trajs if t.spec.group != slot] + members
                 info[slot] = True
@@ -295,7 +297,7 @@ class GRPOTrainer:
                 self.optimizer.zero_grad(set_to_none=True)
         seconds = time.perf_counter() - t0
         out = {k: v / max(n_micro, 1) for k, v in totals.items() if k != "grad_norm"}
-        out["loss"] = totals["loss"] / max(a.ppo_epochs, 1)  # summed micro losses == minibatch loss
+        out["loss"] = totals["loss"] / max(n_updates, 1)  # micro losses sum to their minibatch's loss
         out["grad_norm"] = totals["grad_norm"] / max(n_updates, 1)
         out["train_tokens_per_s"] = trained_tokens / max(seconds, 1e-9)
         out["train_seconds"] = seconds
