@@ -100,6 +100,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=5e-5)
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--time-budget-min", type=float, default=30.0)
+    p.add_argument("--sft-dir", default=None, help="reuse the output of an earlier SFT phase (its merged/)")
     a = p.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -114,22 +115,26 @@ def main() -> None:
         log.flush()
 
     # 1. SFT warm start on train-split oracle trajectories -> merged model = the base agent.
-    sft = run_sft(
-        SFTArgs(
-            env_id=env_id,
-            model=a.model,
-            out=str(out / "sft"),
-            episodes=a.sft_episodes,
-            epochs=1,
-            lr=2e-4,
-            batch_size=16,
-            merge=True,
-            dtype=a.dtype,
-            max_turns=max(a.max_turns, 8),
-            seed_offset=500_000,  # SFT tasks disjoint from the GRPO ones (GRPO counts up from 0), both train split
+    if a.sft_dir:
+        sft = json.loads((Path(a.sft_dir) / "sft_summary.json").read_text())
+        record(phase="sft", reused=a.sft_dir, **{k: v for k, v in sft.items() if k != "adapter"})
+    else:
+        sft = run_sft(
+            SFTArgs(
+                env_id=env_id,
+                model=a.model,
+                out=str(out / "sft"),
+                episodes=a.sft_episodes,
+                epochs=1,
+                lr=2e-4,
+                batch_size=16,
+                merge=True,
+                dtype=a.dtype,
+                max_turns=max(a.max_turns, 8),
+                seed_offset=500_000,  # SFT tasks disjoint from the GRPO ones (GRPO counts up from 0), both train split
+            )
         )
-    )
-    record(phase="sft", **{k: v for k, v in sft.items() if k != "adapter"})
+        record(phase="sft", **{k: v for k, v in sft.items() if k != "adapter"})
     base = sft["merged"]
     greedy = SamplingConfig(temperature=0.0, max_new_tokens=a.max_new_tokens)
 

@@ -178,3 +178,27 @@ def test_dynamic_sampling_refills_whole_groups(tiny_model_dir, monkeypatch):
     for g in groups:
         members = [t for t in trajs if t.spec.group == g]
         assert len(members) == 3 and len({t.spec.seed for t in members}) == 1
+
+
+def test_merged_lora_generation_is_exact_and_restores_weights():
+    import torch
+
+    from trace_train.policies.hf import LoraSettings, attach_lora
+
+    model, tok = build_tiny_model()
+    peft_model = attach_lora(model, LoraSettings(rank=4), None)
+    for name, p in peft_model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.5)  # a non-trivial adapter
+    before = {n: p.detach().clone() for n, p in peft_model.named_parameters()}
+    grads = {n: p.requires_grad for n, p in peft_model.named_parameters()}
+    policy = HFPolicy(peft_model, tok)
+    prompt = policy.prompt_ids([{"role": "user", "content": "hello there"}], [])
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=12)
+    merged = policy.generate_ids([prompt, prompt[:-3]], greedy)
+    policy.merge_for_generation = False
+    plain = policy.generate_ids([prompt, prompt[:-3]], greedy)
+    assert merged == plain
+    for n, p in peft_model.named_parameters():
+        assert torch.equal(p, before[n]), n  # bit-exact restore
+        assert p.requires_grad == grads[n]

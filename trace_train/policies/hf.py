@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,11 +45,79 @@ def attach_lora(
     return get_peft_model(model, (lora or LoraSettings()).to_peft())
 
 
-class HFPolicy:
-    """Local causal LM policy. ``model`` may be a bare model or a PeftModel."""
+@contextlib.contextmanager
+def _grad_flag_on_frozen(model: torch.nn.Module) -> Iterator[None]:
+    """Set ``requires_grad`` on frozen weights while decoding under ``no_grad`` (nothing is recorded).
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str = "hf"):
+    Measured with torch 2.13 on CPU: ``generate`` with frozen bfloat16 weights (as after ``get_peft_model``)
+    ran 2.8x slower than with the same weights flagged ``requires_grad`` (12.8 s vs 4.6 s for 64 x 8
+    tokens of SmolLM2-135M): frozen weights take a slower CPU linear path for the decode steps' inputs.
+    """
+    frozen = [p for p in model.parameters() if not p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(True)
+    try:
+        yield
+    finally:
+        for p in frozen:
+            p.requires_grad_(False)
+
+
+class MergedLoRA:
+    """Temporarily fold LoRA deltas into the base weights for generation, restoring them bit for bit after.
+
+    Unmerged LoRA costs two extra small matmuls per target module per decoded token; in bfloat16 with float32
+    adapters (PEFT's default) it also casts every activation, which made decoding ~4x slower than the plain
+    base model on CPU. Merging is exact to restore because the original base weights are kept (once) and
+    copied back, instead of subtracting the delta again (which would drift in low precision).
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        from peft.tuners.lora import LoraLayer
+
+        self.layers = [
+            m for m in model.modules() if isinstance(m, LoraLayer) and hasattr(m, "get_delta_weight")
+        ]
+        self.backup: dict[int, torch.Tensor] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, model) -> Iterator[None]:
+        if not self.layers:
+            yield
+            return
+        with torch.no_grad():
+            for i, layer in enumerate(self.layers):
+                weight = layer.get_base_layer().weight
+                if i not in self.backup:
+                    self.backup[i] = weight.detach().clone()
+                for name in layer.active_adapters:
+                    if name in layer.lora_A:
+                        weight.add_(layer.get_delta_weight(name).to(weight.dtype))
+        try:
+            with model.disable_adapter():  # the base layers now hold W + delta
+                yield
+        finally:
+            with torch.no_grad():
+                for i, layer in enumerate(self.layers):
+                    layer.get_base_layer().weight.copy_(self.backup[i])
+
+
+class HFPolicy:
+    """Local causal LM policy. ``model`` may be a bare model or a PeftModel.
+
+    ``merge_for_generation``: decode with the LoRA deltas folded into the weights (see :class:`MergedLoRA`).
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        name: str = "hf",
+        merge_for_generation: bool = True,
+    ):
         self.model = model
+        self.merge_for_generation = merge_for_generation
+        self._merger: MergedLoRA | None = None
         self.tokenizer = tokenizer
         self.name = name
         if tokenizer.pad_token_id is None:
@@ -114,9 +184,10 @@ class HFPolicy:
         was_training = self.model.training
         self.model.eval()
         try:
-            out = self.model.generate(
-                input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs
-            )
+            with self._generation_context():
+                out = self.model.generate(
+                    input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs
+                )
         finally:
             self.model.train(was_training)
         results = []
@@ -128,6 +199,16 @@ class HFPolicy:
                     break
             results.append(row[:cut])
         return results
+
+    @contextlib.contextmanager
+    def _generation_context(self) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_grad_flag_on_frozen(self.model))
+            if self.merge_for_generation and hasattr(self.model, "disable_adapter"):
+                if self._merger is None or self._merger_model is not self.model:
+                    self._merger, self._merger_model = MergedLoRA(self.model), self.model
+                stack.enter_context(self._merger(self.model))
+            yield
 
     def prompt_ids(self, conversation: Conversation, tools: list[ToolSchema]) -> list[int]:
         head, rest = self.renderer.prompt_segments(conversation, tools)
