@@ -23,12 +23,23 @@ def test_multiturn_ids_equal_generated_ids_and_mask(tiny_policy):
         return out
 
     tiny_policy.generate_ids = spy
-    envs = [make_env("traintest/lookup-v0") for _ in range(3)]
+    envs = [make_env("traintest/chat3-v0") for _ in range(3)]
     specs = [ResetSpec(seed=i) for i in range(3)]
-    trajs = collect(tiny_policy, envs, specs, SamplingConfig(max_new_tokens=12), max_turns=3)
-    flat = [t for o in produced for t in o]
-    masked = [tok for t in trajs for tok, m in zip(t.token_ids, t.policy_mask, strict=True) if m]
-    assert sorted(masked) == sorted(flat)
+    trajs = collect(tiny_policy, envs, specs, SamplingConfig(max_new_tokens=12), max_turns=5)
+    assert [t.turns for t in trajs] == [3, 3, 3] and len(produced) == 9
+    segments = []
+    for t in trajs:  # maximal runs of policy tokens = one generated turn each
+        run: list[int] = []
+        for tok, m in zip(t.token_ids, t.policy_mask, strict=True):
+            if m:
+                run.append(tok)
+            elif run:
+                segments.append(tuple(run))
+                run = []
+        if run:
+            segments.append(tuple(run))
+    assert sorted(segments) == sorted(tuple(o) for o in produced)  # the exact ids generate returned
+    assert max(t.turns for t in trajs) >= 1
     for t in trajs:
         assert len(t.token_ids) == len(t.policy_mask)
         assert t.generated_tokens > 0

@@ -126,8 +126,36 @@ class LookupEnv(gym.Env):
         return list(self.messages), reward, True, False, info
 
 
+class ThreeTurnChatEnv(gym.Env):
+    """Always three assistant turns, whatever the agent says (multi-turn masks with real generation)."""
+
+    def __init__(self):
+        self.observation_space = TextSpace()
+        self.action_space = TextSpace()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.messages = [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": f"Hi {seed}"},
+        ]
+        return list(self.messages), {"tools": [LOOKUP_TOOL]}
+
+    def step(self, action):
+        self.messages.append({"role": "assistant", "content": action if isinstance(action, str) else ""})
+        done = sum(m["role"] == "assistant" for m in self.messages) >= 3
+        if not done:
+            self.messages.append({"role": "tool", "tool_call_id": "x", "content": "result é ✓"})
+        return list(self.messages), float(done), done, False, {}
+
+
 def register() -> None:
-    for name, cls in (("traintest/echo-v0", EchoEnv), ("traintest/lookup-v0", LookupEnv)):
+    envs = (
+        ("traintest/echo-v0", EchoEnv),
+        ("traintest/lookup-v0", LookupEnv),
+        ("traintest/chat3-v0", ThreeTurnChatEnv),
+    )
+    for name, cls in envs:
         if name not in gym.registry:
             gym.register(name, entry_point=cls)
 
