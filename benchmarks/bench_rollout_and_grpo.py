@@ -9,8 +9,10 @@
     python benchmarks/bench_rollout_and_grpo.py --tiny          # tiny random model (smoke test)
 
 Completion lengths are pinned (min_new_tokens = max_new_tokens on both sides) so both trainers process
-exactly the same number of tokens; both use float32, LoRA r=16 on all linear layers, beta=0, one
-optimiser step per generation batch.
+exactly the same number of tokens; both use the same model dtype (``--dtype``, float32 by default; LoRA
+weights float32 on both sides), LoRA r=16 on all linear layers, beta=0, one optimiser step per generation
+batch. trace's time per step is the wall time of a whole ``train()`` call (rollouts, loss, optimiser step,
+metrics and the adapter save); TRL's is measured between its step callbacks.
 """
 
 from __future__ import annotations
@@ -126,7 +128,9 @@ if "bench/prompt-v0" not in gym.registry:
     gym.register("bench/prompt-v0", entry_point=PromptEnv)
 
 
-def bench_trace_grpo(model: str, steps: int, groups: int, g: int, comp: int, rank: int) -> list[float]:
+def bench_trace_grpo(
+    model: str, steps: int, groups: int, g: int, comp: int, rank: int, dtype: str
+) -> list[float]:
     from trace_train.grpo.trainer import GRPOArgs, GRPOTrainer
 
     args = GRPOArgs(
@@ -159,7 +163,9 @@ def bench_trace_grpo(model: str, steps: int, groups: int, g: int, comp: int, ran
     return times[1:]  # drop the warm-up step
 
 
-def bench_trl_grpo(model: str, steps: int, groups: int, g: int, comp: int, rank: int) -> list[float]:
+def bench_trl_grpo(
+    model: str, steps: int, groups: int, g: int, comp: int, rank: int, dtype: str
+) -> list[float]:
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import TrainerCallback
@@ -167,7 +173,7 @@ def bench_trl_grpo(model: str, steps: int, groups: int, g: int, comp: int, rank:
 
     from trace_train.policies.hf import LoraSettings
 
-    m, tok = load_model(model)
+    m, tok = load_model(model, dtype=dtype)
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS * 64])
     times: list[float] = []
 
@@ -236,6 +242,9 @@ def main() -> None:
     p.add_argument("--completion", type=int, default=32)
     p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument("--skip", choices=["rollout", "grpo"], default=None)
+    p.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16"], help="model dtype (both sides)"
+    )
     p.add_argument("--json-out", default=None)
     a = p.parse_args()
     torch.manual_seed(0)
@@ -245,7 +254,7 @@ def main() -> None:
         "torch_threads": torch.get_num_threads(),
     }
     if a.skip != "rollout":
-        base, tok = load_model(model)
+        base, tok = load_model(model, dtype=a.dtype)
         r = bench_rollouts(HFPolicy(base, tok), a.conversations, a.rollout_tokens, a.turns)
         report["rollout"] = r
         print(
@@ -255,7 +264,9 @@ def main() -> None:
             flush=True,
         )
     if a.skip != "grpo":
-        kw = dict(steps=a.steps, groups=a.groups, g=a.group_size, comp=a.completion, rank=a.lora_rank)
+        kw = dict(
+            steps=a.steps, groups=a.groups, g=a.group_size, comp=a.completion, rank=a.lora_rank, dtype=a.dtype
+        )
         ours = bench_trace_grpo(model, **kw)
         theirs = bench_trl_grpo(model, **kw)
         o, t = statistics.median(ours), statistics.median(theirs)
