@@ -83,10 +83,14 @@ def test_suite_catches_broken_envs(cls, failing):
 
 
 REGISTERED = [e for e in trace_env_ids() if not e.startswith("trace/broken-")]
-TINY = ValidationConfig(seeds=10, degenerate_seeds=5, fuzz_seeds=2, fuzz_actions_per_seed=15, determinism_seeds=2)
+TINY = ValidationConfig(
+    seeds=10, degenerate_seeds=5, fuzz_seeds=2, fuzz_actions_per_seed=15, determinism_seeds=2
+)
 
 
 @pytest.mark.parametrize("env_id", REGISTERED)
 def test_suite_passes_on_every_registered_env(env_id):
     results = validate_env(env_id, TINY)
-    assert all(r.passed for r in results), [(r.name, r.figure, r.detail[:500]) for r in results if not r.passed]
+    assert all(r.passed for r in results), [
+        (r.name, r.figure, r.detail[:500]) for r in results if not r.passed
+    ]
