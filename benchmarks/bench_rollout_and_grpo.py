@@ -151,6 +151,7 @@ def bench_trace_grpo(
         tensorboard=False,
         progress=False,
         lr=1e-5,
+        dtype=dtype,
     )
     trainer = GRPOTrainer(args)
     trainer.sampling = replace(trainer.sampling, min_new_tokens=comp)
