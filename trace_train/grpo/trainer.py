@@ -50,7 +50,7 @@ class GRPOArgs:
     top_p: float = 1.0
     max_new_tokens: int = 128
     max_turns: int = 6
-    max_total_tokens: int = 3072
+    max_total_tokens: int = 8192  # tool envs: retail prompts alone are ~3k SmolLM2 tokens
     # loss
     loss_type: str = "grpo"
     beta: float = 0.0
