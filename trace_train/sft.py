@@ -45,6 +45,7 @@ class SFTArgs:
     lora_dropout: float = 0.0
     lora_target_modules: list[str] = field(default_factory=lambda: list(LoraSettings().target_modules))
     dtype: str = "float32"
+    gradient_checkpointing: bool = False  # recompute activations in backward (long tool conversations)
 
 
 def oracle_trajectories(
@@ -97,6 +98,10 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
         raise RuntimeError(f"no oracle trajectory of {args.env_id} scored 1.0 ({failed} failed)")
     data = [t.training_ids() for t in trajs]
     model = policy.model
+    if args.gradient_checkpointing:
+        from trace_train.grpo.trainer import enable_gradient_checkpointing
+
+        enable_gradient_checkpointing(model)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr)
     steps_total = args.epochs * math.ceil(len(data) / args.batch_size)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 - s / max(steps_total, 1))

@@ -71,6 +71,9 @@ class GRPOArgs:
     lora_dropout: float = 0.0
     lora_target_modules: list[str] = field(default_factory=lambda: list(LoraSettings().target_modules))
     dtype: str = "float32"
+    gradient_checkpointing: bool = (
+        False  # recompute activations in backward: long tool conversations fit in RAM
+    )
     # bookkeeping
     save_every: int = 10
     resume: str | None = None
@@ -115,6 +118,8 @@ class GRPOTrainer:
             policy.model = attach_lora(policy.model, args.lora(), args.init_adapter)
         self.policy = policy
         self.policy.model.to(self.acc.device)
+        if args.gradient_checkpointing:
+            enable_gradient_checkpointing(self.policy.model)
         params = [p for p in policy.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
         self.model, self.optimizer = self.acc.prepare(policy.model, self.optimizer)
@@ -365,6 +370,11 @@ class GRPOTrainer:
             is_main=self.acc.is_main_process,
             barrier=self.acc.wait_for_everyone,
         )
+
+
+def enable_gradient_checkpointing(model) -> None:
+    """Non-reentrant activation checkpointing (works with frozen inputs, so no input-grad hook is needed)."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def _scatter(rows: list[torch.Tensor], tmask: torch.Tensor) -> torch.Tensor:
