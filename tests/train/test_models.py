@@ -53,3 +53,31 @@ def test_embedded_smollm2_converts_once_then_loads_fast(tmp_path, monkeypatch):
     model, tok = models.load_model("smollm2-135m")
     assert time.perf_counter() - t0 < 2.0
     assert model.config.model_type == "llama" and "<|im_start|>" in tok.chat_template
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    import torch
+
+    from trace_train.grpo.logprobs import sequence_logprobs
+    from trace_train.grpo.trainer import enable_gradient_checkpointing
+    from trace_train.policies.hf import LoraSettings, attach_lora
+
+    grads = []
+    ids = torch.randint(5, 300, (2, 20))
+    pmask = torch.zeros(2, 20)
+    pmask[:, 10:] = 1
+    for checkpointing in (False, True):
+        model, _ = models.build_tiny_model()
+        peft_model = attach_lora(model, LoraSettings(rank=2), None)
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                torch.nn.init.constant_(p, 0.1)
+        if checkpointing:
+            enable_gradient_checkpointing(peft_model)
+        peft_model.train()
+        logp, tmask = sequence_logprobs(peft_model, ids, torch.ones_like(ids), pmask)
+        (logp * tmask).sum().backward()
+        grads.append({n: p.grad for n, p in peft_model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for k in grads[0]:
+        assert torch.allclose(grads[0][k], grads[1][k], atol=1e-6), k
