@@ -374,7 +374,11 @@ class GRPOTrainer:
 
 def enable_gradient_checkpointing(model) -> None:
     """Non-reentrant activation checkpointing (works with frozen inputs, so no input-grad hook is needed)."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5.2x name
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def _scatter(rows: list[torch.Tensor], tmask: torch.Tensor) -> torch.Tensor:
