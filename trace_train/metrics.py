@@ -51,7 +51,7 @@ class MetricsLogger:
                     self.tb.add_scalar(k, v, step)
             self.tb.flush()
         if self.progress is not None:
-            status = f"reward {record.get('reward_mean', 0):.3f} loss {record.get('loss', 0):.4f}"
+            status = f"reward {record.get('reward_mean') or 0:.3f} loss {record.get('loss') or 0:.4f}"
             self.progress.update(self.task, completed=step, status=status)
 
     def close(self) -> None:
@@ -65,5 +65,7 @@ class MetricsLogger:
 
 def _plain(v: Any) -> Any:
     if hasattr(v, "item"):
-        return v.item()
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None  # strict JSON has no NaN (e.g. hint_reward_mean of a run without hints)
     return v
