@@ -1,0 +1,1 @@
+"""Step 3: seed-grouped GRPO for one LoRA adapter (advantages, losses, checkpoints, the training loop)."""
