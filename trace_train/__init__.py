@@ -11,14 +11,14 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "GRPOArgs": "trace_train.grpo.trainer",
+    "GRPOArgs": "trace_train.config",
     "GRPOTrainer": "trace_train.grpo.trainer",
     "train": "trace_train.grpo.trainer",
-    "SFTArgs": "trace_train.sft",
+    "SFTArgs": "trace_train.config",
     "run_sft": "trace_train.sft",
     "evaluate": "trace_train.evaluate",
     "HFPolicy": "trace_train.policies.hf",
-    "LoraSettings": "trace_train.policies.hf",
+    "LoraSettings": "trace_train.config",
     "SamplingConfig": "trace_train.policies.base",
     "Policy": "trace_train.policies.base",
     "collect": "trace_train.rollout",

@@ -118,8 +118,7 @@ def _make_policy(ns: argparse.Namespace):
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from trace_train.grpo.trainer import GRPOArgs
-    from trace_train.sft import SFTArgs
+    from trace_train.config import GRPOArgs, SFTArgs
 
     train = subparsers.add_parser(
         "train", help="seed-grouped GRPO: train a LoRA adapter on any chat/text Gymnasium env"

@@ -12,40 +12,18 @@ import json
 import math
 import random
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from trace_train.chat import assistant_text
+from trace_train.config import LoraSettings, SFTArgs
 from trace_train.envs import make_env, split_seed
 from trace_train.grpo.logprobs import pad_batch, sequence_logprobs
 from trace_train.policies.base import SamplingConfig
-from trace_train.policies.hf import HFPolicy, LoraSettings
+from trace_train.policies.hf import HFPolicy
 from trace_train.rollout import ResetSpec, Trajectory, collect
-
-
-@dataclass
-class SFTArgs:
-    env_id: str
-    model: str = "smollm2-135m"
-    out: str = "runs/sft"
-    episodes: int = 64
-    epochs: int = 2
-    lr: float = 2e-4
-    batch_size: int = 8
-    seed: int = 0
-    seed_offset: int = 0  # first train-split task index (keep GRPO tasks separate if you like)
-    max_turns: int = 12
-    difficulty: int | None = None
-    merge: bool = False
-    lora_rank: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
-    lora_target_modules: list[str] = field(default_factory=lambda: list(LoraSettings().target_modules))
-    dtype: str = "float32"
-    gradient_checkpointing: bool = False  # recompute activations in backward (long tool conversations)
 
 
 def oracle_trajectories(

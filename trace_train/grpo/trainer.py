@@ -16,77 +16,21 @@ import dataclasses
 import math
 import resource
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from trace_train.config import GRPOArgs
 from trace_train.envs import make_env, split_seed
 from trace_train.grpo.advantages import group_advantages, informative_groups
 from trace_train.grpo.checkpoint import load_checkpoint, save_checkpoint
 from trace_train.grpo.logprobs import pad_batch, sequence_logprobs
-from trace_train.grpo.losses import LossConfig, normaliser, policy_loss, token_weights
+from trace_train.grpo.losses import normaliser, policy_loss, token_weights
 from trace_train.metrics import MetricsLogger
 from trace_train.policies.base import SamplingConfig
-from trace_train.policies.hf import HFPolicy, LoraSettings, attach_lora
+from trace_train.policies.hf import HFPolicy, attach_lora
 from trace_train.rollout import ResetSpec, RolloutStats, Trajectory, collect
-
-
-@dataclass
-class GRPOArgs:
-    env_id: str
-    model: str = "smollm2-135m"
-    out: str = "runs/grpo"
-    init_adapter: str | None = None  # start from an existing adapter (e.g. `trace sft` output)
-    steps: int = 20
-    groups_per_step: int = 4  # per process
-    group_size: int = 8
-    hint_fraction: float = 0.0
-    difficulty: int | None = None
-    seed: int = 0
-    # decoding
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 128
-    max_turns: int = 6
-    max_total_tokens: int = 8192  # tool envs: retail prompts alone are ~3k SmolLM2 tokens
-    # loss
-    loss_type: str = "grpo"
-    beta: float = 0.0
-    clip_eps_low: float = 0.2
-    clip_eps_high: float | None = None
-    # optimisation
-    lr: float = 1e-4
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    ppo_epochs: int = 1
-    num_minibatches: int = 1
-    micro_batch_size: int = 8
-    dynamic_sampling: bool = False
-    max_refill_rounds: int = 2
-    # LoRA
-    lora_rank: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
-    lora_target_modules: list[str] = field(default_factory=lambda: list(LoraSettings().target_modules))
-    dtype: str = "float32"
-    gradient_checkpointing: bool = (
-        False  # recompute activations in backward: long tool conversations fit in RAM
-    )
-    # bookkeeping
-    save_every: int = 10
-    resume: str | None = None
-    tensorboard: bool = True
-    progress: bool = True
-
-    def lora(self) -> LoraSettings:
-        return LoraSettings(
-            self.lora_rank, self.lora_alpha, self.lora_dropout, list(self.lora_target_modules)
-        )
-
-    def loss_config(self) -> LossConfig:
-        return LossConfig(self.loss_type, self.clip_eps_low, self.clip_eps_high, self.beta)
 
 
 class NonFiniteError(FloatingPointError):

@@ -5,35 +5,16 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import PeftModel, get_peft_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trace_train.chat import ChatRenderer
+from trace_train.config import LoraSettings
 from trace_train.models import load_model
 from trace_train.policies.base import Conversation, SamplingConfig, ToolSchema
-
-
-@dataclass
-class LoraSettings:
-    rank: int = 16
-    alpha: int = 32
-    dropout: float = 0.0
-    target_modules: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    )
-
-    def to_peft(self) -> LoraConfig:
-        return LoraConfig(
-            r=self.rank,
-            lora_alpha=self.alpha,
-            lora_dropout=self.dropout,
-            target_modules=list(self.target_modules),
-            task_type="CAUSAL_LM",
-        )
 
 
 def attach_lora(

@@ -1,0 +1,116 @@
+"""Argument dataclasses of the training commands, kept free of heavy imports.
+
+The ``trace`` CLI builds its flags from these classes (``--group-size 8`` is ``GRPOArgs.group_size = 8``), so
+they live apart from the modules that import torch and peft: listing envs or printing ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
+
+    from trace_train.grpo.losses import LossConfig
+
+
+@dataclass
+class LoraSettings:
+    rank: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+
+    def to_peft(self) -> LoraConfig:
+        from peft import LoraConfig
+
+        return LoraConfig(
+            r=self.rank,
+            lora_alpha=self.alpha,
+            lora_dropout=self.dropout,
+            target_modules=list(self.target_modules),
+            task_type="CAUSAL_LM",
+        )
+
+
+@dataclass
+class GRPOArgs:
+    env_id: str
+    model: str = "smollm2-135m"
+    out: str = "runs/grpo"
+    init_adapter: str | None = None  # start from an existing adapter (e.g. `trace sft` output)
+    steps: int = 20
+    groups_per_step: int = 4  # per process
+    group_size: int = 8
+    hint_fraction: float = 0.0
+    difficulty: int | None = None
+    seed: int = 0
+    # decoding
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 128
+    max_turns: int = 6
+    max_total_tokens: int = 8192  # tool envs: retail prompts alone are ~3k SmolLM2 tokens
+    # loss
+    loss_type: str = "grpo"
+    beta: float = 0.0
+    clip_eps_low: float = 0.2
+    clip_eps_high: float | None = None
+    # optimisation
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    ppo_epochs: int = 1
+    num_minibatches: int = 1
+    micro_batch_size: int = 8
+    dynamic_sampling: bool = False
+    max_refill_rounds: int = 2
+    # LoRA
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_target_modules: list[str] = field(default_factory=lambda: list(LoraSettings().target_modules))
+    dtype: str = "float32"
+    gradient_checkpointing: bool = (
+        False  # recompute activations in backward: long tool conversations fit in RAM
+    )
+    # bookkeeping
+    save_every: int = 10
+    resume: str | None = None
+    tensorboard: bool = True
+    progress: bool = True
+
+    def lora(self) -> LoraSettings:
+        return LoraSettings(
+            self.lora_rank, self.lora_alpha, self.lora_dropout, list(self.lora_target_modules)
+        )
+
+    def loss_config(self) -> LossConfig:
+        from trace_train.grpo.losses import LossConfig
+
+        return LossConfig(self.loss_type, self.clip_eps_low, self.clip_eps_high, self.beta)
+
+
+@dataclass
+class SFTArgs:
+    env_id: str
+    model: str = "smollm2-135m"
+    out: str = "runs/sft"
+    episodes: int = 64
+    epochs: int = 2
+    lr: float = 2e-4
+    batch_size: int = 8
+    seed: int = 0
+    seed_offset: int = 0  # first train-split task index (keep GRPO tasks separate if you like)
+    max_turns: int = 12
+    difficulty: int | None = None
+    merge: bool = False
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_target_modules: list[str] = field(default_factory=lambda: list(LoraSettings().target_modules))
+    dtype: str = "float32"
+    gradient_checkpointing: bool = False  # recompute activations in backward (long tool conversations)
