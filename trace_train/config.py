@@ -114,3 +114,28 @@ class SFTArgs:
     lora_target_modules: list[str] = field(default_factory=lambda: list(LoraSettings().target_modules))
     dtype: str = "float32"
     gradient_checkpointing: bool = False  # recompute activations in backward (long tool conversations)
+
+
+@dataclass
+class DemoArgs:
+    """The main job on the embedded default: warm-start, measure, train, measure again.
+
+    Defaults fit about 20 minutes on two CPU cores with SmolLM2-135M. ``env_id`` may be any env with
+    ``oracle_actions()``; ``trace/retail-v0`` works the same way but needs a GPU to finish in that time.
+    """
+
+    env_id: str = "trace/rg-arith1-v0"
+    model: str = "smollm2-135m"
+    out: str = "runs/demo"
+    sft_episodes: int = 256
+    steps: int = 60
+    eval_every: int = 20
+    eval_episodes: int = 200
+    groups_per_step: int = 8
+    group_size: int = 8
+    max_new_tokens: int = 16
+    max_turns: int = 1
+    lr: float = 1e-4
+    dtype: str = "bfloat16"
+    time_budget_min: float = 30.0  # GRPO stops at the first evaluation past this budget
+    seed: int = 0

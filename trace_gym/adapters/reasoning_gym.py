@@ -60,6 +60,23 @@ CURATED_DATASETS: tuple[str, ...] = (
     "word_sorting",
 )
 
+# Registered variants with a dataset config of their own: id name -> (dataset, config).
+# ``arith1``: two one-digit operands of either sign, + and -; small enough for a 135M model to learn on
+# a CPU (the `trace demo` task).
+CURATED_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "arith1": (
+        "basic_arithmetic",
+        {
+            "min_terms": 2,
+            "max_terms": 2,
+            "min_digits": 1,
+            "max_digits": 1,
+            "operators": ("+", "-"),
+            "allow_negation": False,
+        },
+    ),
+}
+
 SYSTEM_PROMPT = (
     "You are a careful problem solver. Solve the task, then give your final answer inside <answer> and "
     "</answer> tags, for example <answer>42</answer>. Put only the answer between the tags, in exactly the "
@@ -265,6 +282,9 @@ def register_reasoning_gym_envs(names: Iterable[str] = CURATED_DATASETS) -> list
     ids = []
     for name in names:
         register_env(env_id(name), entry_point=ENTRY_POINT, kwargs={"dataset": name})
+        ids.append(env_id(name))
+    for name, (dataset, config) in CURATED_VARIANTS.items():
+        register_env(env_id(name), entry_point=ENTRY_POINT, kwargs={"dataset": dataset, **config})
         ids.append(env_id(name))
     return ids
 
