@@ -272,18 +272,18 @@ def env_id(name: str) -> str:
     return ID_TEMPLATE.format(name=name)
 
 
-def register_reasoning_gym_envs(names: Iterable[str] = CURATED_DATASETS) -> list[str]:
-    """Register ``trace/rg-<name>-v0`` for each dataset name; nothing when reasoning-gym is not installed.
+def register_reasoning_gym_envs(names: Iterable[str] | None = None) -> list[str]:
+    """Register ``trace/rg-<name>-v0`` for each name; nothing when reasoning-gym is not installed.
 
-    Registration uses a string entry point, so reasoning-gym is imported only when an env is made.
+    A name is a reasoning-gym dataset or one of :data:`CURATED_VARIANTS`; the default registers every curated
+    dataset and variant. Registration uses a string entry point, so reasoning-gym is imported only when an
+    env is made.
     """
     if not reasoning_gym_available():
         return []
     ids = []
-    for name in names:
-        register_env(env_id(name), entry_point=ENTRY_POINT, kwargs={"dataset": name})
-        ids.append(env_id(name))
-    for name, (dataset, config) in CURATED_VARIANTS.items():
+    for name in (*CURATED_DATASETS, *CURATED_VARIANTS) if names is None else names:
+        dataset, config = CURATED_VARIANTS.get(name, (name, {}))
         register_env(env_id(name), entry_point=ENTRY_POINT, kwargs={"dataset": dataset, **config})
         ids.append(env_id(name))
     return ids
