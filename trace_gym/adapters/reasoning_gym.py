@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from trace_gym.core.env import SPLITS, render_conversation
+from trace_gym.core.env import SPLITS, render_conversation, split_seed
 from trace_gym.core.spaces import AssistantTurnSpace, ChatObservationSpace
 from trace_gym.registration import register_env
 
@@ -253,15 +253,7 @@ def _read_action(action: Any) -> tuple[str, str | None]:
 
 def _split_seed(seed: int | None, split: str | None) -> tuple[int | None, str]:
     """The Gymnasium seed and the split it belongs to (without a split option, by the seed's range)."""
-    if split is not None:
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; known: {sorted(SPLITS)}")
-        start, size = SPLITS[split]
-        if seed is None:
-            seed = int(np.random.default_rng().integers(size))
-        if not 0 <= seed < size:
-            raise ValueError(f"seed {seed} is outside split {split!r}, which has seeds 0..{size - 1}")
-        return start + seed, split
+    seed = split_seed(seed, split)
     test_start, test_size = SPLITS["test"]
     in_test = seed is not None and test_start <= seed < test_start + test_size
     return seed, "test" if in_test else "train"

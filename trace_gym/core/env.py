@@ -47,6 +47,20 @@ Label = Literal["PRESENT", "LACKING"]
 SPLITS: dict[str, tuple[int, int]] = {"train": (0, 1_000_000), "test": (1_000_000, 100_000)}
 
 
+def split_seed(seed: int | None, split: str | None) -> int | None:
+    """The instance seed of split-relative ``seed`` (``None`` split: ``seed`` as is; ``None`` seed: random)."""
+    if split is None:
+        return seed
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; known: {sorted(SPLITS)}")
+    start, size = SPLITS[split]
+    if seed is None:
+        seed = int(np.random.default_rng().integers(size))
+    if not 0 <= seed < size:
+        raise ValueError(f"seed {seed} is outside split {split!r}, which has seeds 0..{size - 1}")
+    return start + seed
+
+
 @dataclass
 class Episode:
     """Everything one reset draws: the task, the world, the user, and what the verifier needs."""
@@ -142,7 +156,7 @@ class ChatToolEnv(gym.Env[list, Any]):
         unknown = set(options) - {"hint", "split", "difficulty"}
         if unknown:
             raise ValueError(f"unknown reset options {sorted(unknown)}; known: hint, split, difficulty")
-        seed = self._split_seed(seed, options.get("split"))
+        seed = split_seed(seed, options.get("split"))
         super().reset(seed=seed)
         self.episode_difficulty = self._check_difficulty(options.get("difficulty", self.difficulty))
         episode = self._new_episode(self.np_random, self.episode_difficulty)
@@ -265,18 +279,6 @@ class ChatToolEnv(gym.Env[list, Any]):
 
     def _info(self) -> dict[str, Any]:
         return {"tools": self._episode_tools, "capability": self.capability, "turn": self.turn}
-
-    def _split_seed(self, seed: int | None, split: str | None) -> int | None:
-        if split is None:
-            return seed
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; known: {sorted(SPLITS)}")
-        start, size = SPLITS[split]
-        if seed is None:
-            seed = int(np.random.default_rng().integers(size))
-        if not 0 <= seed < size:
-            raise ValueError(f"seed {seed} is outside split {split!r}, which has seeds 0..{size - 1}")
-        return start + seed
 
     def _check_difficulty(self, level: int) -> int:
         if level not in self.difficulty_levels:
