@@ -102,7 +102,7 @@ def run_demo(args: DemoArgs, console: Console | None = None) -> dict[str, Any]:
         point = {"step": step, **{k: v for k, v in result.summary().items() if k != "env_id"}}
         curve.append(point)
         record(phase="eval", **point)
-        console.print(f"step {step}: {result.line()}")
+        console.print(f"step {step}: {result.line()}", markup=False)  # the line has [split, n=...]
 
     console.rule(f"2/3 test-split success of the base agent ({args.eval_episodes} held-out seeds)")
     test_eval()
