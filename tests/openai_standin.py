@@ -8,8 +8,14 @@ A real HTTP server on 127.0.0.1 (port chosen by the OS) in a background thread::
 Endpoints: ``POST /v1/chat/completions`` (the answer comes from ``respond(request_body)``, which may return a
 string (the content), a message dict (``content`` / ``tool_calls``), a list of those (one per choice) or a
 whole response dict with ``choices``), ``GET /v1/models``, and vLLM's ``POST /v1/load_lora_adapter`` /
-``/v1/unload_lora_adapter`` (loaded adapters become servable model names, as in vLLM). Every request body is
-kept in ``requests`` so tests can check what was sent. ``fail(status, times)`` makes the next requests fail,
+``/v1/unload_lora_adapter`` (loaded adapters become servable model names, as in vLLM; every load and unload is
+logged in ``adapter_log``). ``POST /v1/completions`` takes token-id prompts: ``complete(request_body)`` returns
+one list of generated ids per prompt (or a whole response dict with ``choices``), sent back the way the request
+asks for them (vLLM's ``return_token_ids`` -> ``choices[i].token_ids``; ``return_tokens_as_token_ids`` with
+``logprobs`` -> ``logprobs.tokens`` as ``"token_id:N"``); ``token_ids_via`` picks which of the two the server
+understands, to act as a recent vLLM (``"token_ids"``), an older one (``"logprobs"``) or a server without
+either (``None``). Every chat request body is kept in ``requests``, every completion body in
+``completion_requests``, so tests can check what was sent. ``fail(status, times)`` makes the next requests fail,
 for retry tests. The ``standin`` fixture (import ``standin_fixture``) wraps one server per test.
 """
 
@@ -26,6 +32,11 @@ import pytest
 Responder = Callable[[dict[str, Any]], Any]
 
 
+def one_token(request: dict[str, Any]) -> list[list[int]]:
+    """Default completion: each prompt's last token once."""
+    return [[p[-1] if p else 0] for p in request.get("prompt") or []]
+
+
 def echo(request: dict[str, Any]) -> str:
     """Default responder: repeats the last message's content."""
     messages = request.get("messages") or [{}]
@@ -38,14 +49,20 @@ class StandinServer:
         respond: Responder = echo,
         models: tuple[str, ...] = ("stand-in",),
         api_key: str | None = None,
+        complete: Responder = one_token,
+        token_ids_via: str | None = "token_ids",
     ):
         self.respond = respond
+        self.complete = complete
+        self.token_ids_via = token_ids_via
         self.models = list(models)
         self.api_key = api_key
         self.requests: list[dict[str, Any]] = []  # chat request bodies, in arrival order
         self.calls: list[tuple[str, str]] = []  # (method, path) of every request
         self.headers: list[dict[str, str]] = []
+        self.completion_requests: list[dict[str, Any]] = []  # completion request bodies
         self.adapters: dict[str, str] = {}  # lora_name -> lora_path
+        self.adapter_log: list[tuple[str, str, str | None]] = []  # ("load" | "unload", name, path)
         self._failures: list[tuple[int, str | None]] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -113,6 +130,32 @@ class StandinServer:
             "choices": choices,
         }
 
+    def _completions(self, body: dict[str, Any]) -> tuple[int, Any]:
+        with self._lock:
+            self.completion_requests.append(body)
+        model = body.get("model")
+        if model not in self.models and model not in self.adapters:
+            return 404, {"error": {"message": f"The model `{model}` does not exist.", "code": 404}}
+        answer = self.complete(body)
+        if isinstance(answer, dict) and "choices" in answer:
+            return 200, answer
+        choices = []
+        for i, ids in enumerate(answer):
+            choice: dict[str, Any] = {"index": i, "text": "", "finish_reason": "stop"}
+            if self.token_ids_via == "token_ids" and body.get("return_token_ids"):
+                choice["token_ids"] = list(ids)
+            if (
+                self.token_ids_via == "logprobs"
+                and body.get("logprobs") is not None
+                and body.get("return_tokens_as_token_ids")
+            ):
+                choice["logprobs"] = {
+                    "tokens": [f"token_id:{t}" for t in ids],
+                    "token_logprobs": [0.0] * len(ids),
+                }
+            choices.append(choice)
+        return 200, {"id": "cmpl-standin", "object": "text_completion", "model": model, "choices": choices}
+
     def _load(self, body: dict[str, Any]) -> tuple[int, Any]:
         name, path = body.get("lora_name"), body.get("lora_path")
         if not name or not path:
@@ -121,6 +164,7 @@ class StandinServer:
             if name in self.adapters:
                 return 400, {"error": {"message": f"The lora adapter '{name}' has already been loaded."}}
             self.adapters[name] = path
+            self.adapter_log.append(("load", name, path))
         return 200, f"Success: LoRA adapter '{name}' added successfully."
 
     def _unload(self, body: dict[str, Any]) -> tuple[int, Any]:
@@ -129,6 +173,7 @@ class StandinServer:
             if name not in self.adapters:
                 return 404, {"error": {"message": f"The lora adapter '{name}' cannot be found."}}
             del self.adapters[name]
+            self.adapter_log.append(("unload", name, None))
         return 200, f"Success: LoRA adapter '{name}' removed successfully."
 
     def _models(self) -> tuple[int, Any]:
@@ -166,6 +211,7 @@ def _handler(server: StandinServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(400, {"error": {"message": "body is not JSON"}})
             routes: dict[tuple[str, str], Callable[[], tuple[int, Any]]] = {
                 ("POST", "/v1/chat/completions"): lambda: server._chat(body),
+                ("POST", "/v1/completions"): lambda: server._completions(body),
                 ("POST", "/v1/load_lora_adapter"): lambda: server._load(body),
                 ("POST", "/v1/unload_lora_adapter"): lambda: server._unload(body),
                 ("GET", "/v1/models"): server._models,

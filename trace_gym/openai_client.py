@@ -5,6 +5,9 @@ Used by the HTTP policy (``trace_train.policies.openai_http``), the LLM user sim
 
 * ``POST {base_url}/chat/completions``: one request, the first choice's assistant message back (content plus
   structured ``tool_calls``), or all ``n`` choices with :meth:`OpenAIClient.chat_choices`;
+* ``POST {base_url}/completions`` with token-id prompts: :meth:`OpenAIClient.completions_token_ids` returns the
+  generated token ids themselves (vLLM's ``return_token_ids``, or ``return_tokens_as_token_ids`` on older
+  versions), for trainers that must keep ids end to end;
 * ``POST {base_url}/load_lora_adapter`` / ``unload_lora_adapter``: vLLM's dynamic LoRA endpoints, so a trainer
   can hand a freshly saved PEFT adapter to a running server. The server must allow it::
 
@@ -129,6 +132,62 @@ class OpenAIClient:
             raise OpenAIError(f"POST {url}: the answer has no choices: {_snippet(answer)}", url, 200)
         return [_parse_choice(choice, url) for choice in choices]
 
+    # ---- completions over token ids ---------------------------------------------------------------------------
+    def completions_token_ids(
+        self,
+        model: str,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_tokens: int,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        seed: int | None = None,
+        stop_token_ids: Sequence[int] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> list[list[int]]:
+        """Generate one continuation per token-id prompt (``POST /completions``); the generated ids back.
+
+        ``prompt`` is sent as a list of token-id lists (vLLM takes those as is, with no tokenisation), ``n=1``.
+        The ids are read from ``choices[i].token_ids`` (vLLM >= 0.10.2 with ``"return_token_ids": true``) or,
+        failing that, from ``choices[i].logprobs.tokens`` as ``"token_id:123"`` strings (older vLLM with
+        ``"logprobs": 0, "return_tokens_as_token_ids": true``). Both are asked for in the same request (vLLM
+        ignores fields it does not know); the first is preferred. A server that returns neither raises
+        :class:`OpenAIError` (it cannot serve token-exact generation). Note that with ``seed`` every prompt of
+        the request uses that same seed, so identical prompts give identical samples: send one request per
+        prompt with distinct seeds when that matters.
+        """
+        url = self.url("/completions")
+        body: dict[str, Any] = {
+            "model": model,
+            "prompt": [[int(t) for t in p] for p in prompts],
+            "max_tokens": int(max_tokens),
+            "n": 1,
+            "return_token_ids": True,
+            "logprobs": 0,
+            "return_tokens_as_token_ids": True,
+        }
+        optional = {
+            "temperature": temperature,
+            "top_p": top_p,
+            "top_k": top_k,
+            "seed": seed,
+            "stop_token_ids": [int(t) for t in stop_token_ids] if stop_token_ids else None,
+        }
+        body.update({key: value for key, value in optional.items() if value is not None})
+        body.update(extra or {})
+        answer = self.post_json("/completions", body)
+        choices = answer.get("choices") if isinstance(answer, dict) else None
+        if not isinstance(choices, list) or len(choices) != len(prompts):
+            got = len(choices) if isinstance(choices, list) else "no"
+            raise OpenAIError(
+                f"POST {url}: expected {len(prompts)} choices (one per prompt), got {got}: {_snippet(answer)}",
+                url,
+                200,
+            )
+        ordered = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
+        return [_choice_token_ids(choice, url) for choice in ordered]
+
     def models(self) -> list[str]:
         """Ids served (``GET /models``); with vLLM, loaded LoRA adapters are listed too."""
         answer = self.request("GET", "/models")
@@ -212,6 +271,27 @@ def _parse_choice(choice: Any, url: str) -> AssistantMessage:
         content=content if isinstance(content, str) or content is None else str(content),
         tool_calls=[call for call in calls if isinstance(call, dict)],
         finish_reason=choice.get("finish_reason"),
+    )
+
+
+def _choice_token_ids(choice: Any, url: str) -> list[int]:
+    """The generated ids of one completion choice: ``token_ids``, else ``logprobs.tokens`` ("token_id:N")."""
+    if isinstance(choice, dict):
+        ids = choice.get("token_ids")
+        if isinstance(ids, list) and all(isinstance(t, int) for t in ids):
+            return list(ids)
+        tokens = (choice.get("logprobs") or {}).get("tokens")
+        if isinstance(tokens, list) and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
+            try:
+                return [int(t.split(":", 1)[1]) for t in tokens]
+            except ValueError:
+                pass
+    raise OpenAIError(
+        f"POST {url}: the completion carries no generated token ids (neither `token_ids` nor "
+        f"`logprobs.tokens` as 'token_id:N'): {_snippet(choice)}. Token-exact generation needs vLLM "
+        "(`return_token_ids`, vLLM >= 0.10.2, or `return_tokens_as_token_ids` on older versions).",
+        url,
+        200,
     )
 
 

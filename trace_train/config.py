@@ -77,6 +77,13 @@ class GRPOArgs:
     gradient_checkpointing: bool = (
         False  # recompute activations in backward: long tool conversations fit in RAM
     )
+    # generation on a vLLM OpenAI-compatible server (None: generate locally)
+    vllm_url: str | None = None  # e.g. http://127.0.0.1:8000/v1
+    vllm_model: str | None = None  # the base model the server serves (checked at start; default: --model)
+    vllm_adapter_dir: str | None = (
+        None  # where adapters are saved for the server to read (default OUT/vllm_adapters)
+    )
+    vllm_lora_name: str = "trace"  # adapters are hot-loaded as <name>-step-<n>
     # bookkeeping
     save_every: int = 10
     resume: str | None = None

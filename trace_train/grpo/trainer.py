@@ -79,6 +79,52 @@ class GRPOTrainer:
             self.state = load_checkpoint(
                 Path(args.resume), self.policy.model, self.optimizer, self._config(), self.rank, self.world
             )
+        self.remote = None
+        self._gen_calls = 0
+        if args.vllm_url:
+            self._connect_vllm()
+
+    # ----- generation on a vLLM server (optional) ---------------------------------------------------------
+    def _connect_vllm(self) -> None:
+        from trace_train.policies.remote_generation import RemoteGenerator
+
+        a = self.args
+        self.remote = RemoteGenerator(
+            a.vllm_url,
+            self.policy.eos_ids,
+            served_model=a.vllm_model,  # checked when given (a local --model path is not a served name)
+            model_hint=a.model,
+            lora_rank=a.lora_rank,
+            adapter_dir=a.vllm_adapter_dir or self.out / "vllm_adapters",
+            lora_prefix=a.vllm_lora_name,
+        )
+        self.remote.check_server()  # reachable, and serving vllm_model when given
+        self._publish_adapter()  # the server generates with the current (initial or resumed) adapter
+
+    def _publish_adapter(self) -> None:
+        """Main process saves and hot-loads the adapter; every rank then addresses the new name."""
+        step = self.state["step"]
+        if self.acc.is_main_process:
+            self.remote.publish(self.policy.model, step)
+        else:
+            self.remote.lora_name = f"{self.args.vllm_lora_name}-step-{step}"
+        self.acc.wait_for_everyone()
+
+    def _generator(self):
+        """The rollout generator: ``None`` (local decoding) or one that asks the vLLM server."""
+        if self.remote is None:
+            return None
+        a, sampling = self.args, self.sampling
+
+        def generate(prompts: list[list[int]], active: list[int], turn: int) -> list[list[int]]:
+            # one seed per trajectory, a function of (seed, rank, step, call, turn): distinct inside a group
+            # (identical prompts) and reproducible on resume
+            self._gen_calls += 1
+            key = (a.seed, self.rank, self.state["step"], self._gen_calls, turn)
+            base = hash(key) % 2**30  # tuples of ints hash deterministically (no PYTHONHASHSEED salt)
+            return self.remote.generate(prompts, sampling, seeds=[base + i for i in active])
+
+        return generate
 
     def _config(self) -> dict[str, Any]:
         return dataclasses.asdict(self.args)
@@ -105,8 +151,16 @@ class GRPOTrainer:
     def collect_groups(self, stats: RolloutStats) -> tuple[list[Trajectory], dict[str, float]]:
         a = self.args
         specs = self._group_specs(self._take_tasks(a.groups_per_step))
+        self._gen_calls = 0
         trajs = collect(
-            self.policy, self.envs, specs, self.sampling, a.max_turns, a.max_total_tokens, stats=stats
+            self.policy,
+            self.envs,
+            specs,
+            self.sampling,
+            a.max_turns,
+            a.max_total_tokens,
+            generator=self._generator(),
+            stats=stats,
         )
         info = informative_groups([t.reward for t in trajs], [t.spec.group for t in trajs])
         equal_groups = sum(not v for v in info.values())
@@ -130,6 +184,7 @@ class GRPOTrainer:
                 self.sampling,
                 a.max_turns,
                 a.max_total_tokens,
+                generator=self._generator(),
                 stats=stats,
             )
             fresh_info = informative_groups([t.reward for t in fresh], [t.spec.group for t in fresh])
@@ -276,6 +331,8 @@ class GRPOTrainer:
                 trajs, metrics = self.collect_groups(stats)
                 metrics.update(self.optimise(trajs))
                 self.state["step"] += 1
+                if self.remote is not None:  # the next rollouts sample from the updated adapter
+                    self._publish_adapter()
                 metrics["gen_tokens_per_s"] = stats.generated_tokens / max(stats.generate_seconds, 1e-9)
                 metrics["gen_seconds"] = stats.generate_seconds
                 metrics["env_seconds"] = stats.env_seconds
