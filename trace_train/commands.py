@@ -51,13 +51,15 @@ def _build(cls: type, ns: argparse.Namespace) -> Any:
 
 
 def cmd_train(ns: argparse.Namespace) -> int:
+    from trace_gym.openai_client import OpenAIError
     from trace_train.grpo.checkpoint import CheckpointError
     from trace_train.grpo.trainer import GRPOArgs, train
+    from trace_train.policies.remote_generation import RemoteGenerationError
 
     args = _build(GRPOArgs, ns)
     try:
         result = train(args)
-    except (CheckpointError, FileNotFoundError) as e:
+    except (CheckpointError, FileNotFoundError, RemoteGenerationError, OpenAIError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(json.dumps({k: v for k, v in result.items() if isinstance(v, int | float | str)}, indent=2))
