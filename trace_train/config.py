@@ -127,7 +127,7 @@ class SFTArgs:
 class DemoArgs:
     """The main job on the embedded default: warm-start, measure, train, measure again.
 
-    Defaults fit about 20 minutes on two CPU cores with SmolLM2-135M. ``env_id`` may be any env with
+    Defaults fit about 25 minutes on two CPU cores with SmolLM2-135M. ``env_id`` may be any env with
     ``oracle_actions()``; ``trace/retail-v0`` works the same way but needs a GPU to finish in that time.
     """
 
