@@ -33,6 +33,7 @@ def run_demo(args: DemoArgs, console: Console | None = None) -> dict[str, Any]:
     from trace_train.sft import run_sft
 
     console = console or Console()
+    _check_env_available(args.env_id)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -129,6 +130,17 @@ def run_demo(args: DemoArgs, console: Console | None = None) -> dict[str, Any]:
         f"({'95% CIs do not overlap' if improved else '95% CIs overlap'}); details in {out}"
     )
     return summary
+
+
+def _check_env_available(env_id: str) -> None:
+    import trace_gym  # noqa: F401 - registers the built-in envs
+    from trace_gym.adapters.reasoning_gym import reasoning_gym_available
+
+    if env_id.startswith("trace/rg-") and not reasoning_gym_available():
+        raise RuntimeError(
+            f"{env_id} is a reasoning-gym task and reasoning-gym is not installed: "
+            "pip install 'trace-agentic[rg]' (or pip install reasoning-gym)"
+        )
 
 
 def curve_table(curve: list[dict[str, Any]], env_id: str) -> Table:
