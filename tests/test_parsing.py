@@ -46,6 +46,16 @@ def test_fenced_json():
     assert turn.content == "Sure." and turn.tool_calls[0].arguments == {"id": 2}
 
 
+def test_quoted_records_and_code_are_replies_not_calls():
+    for text in (
+        'Here is the item:\n```\n{"name": "Desk Lamp", "price": 60.5}\n```\nShall I proceed?',
+        '{"name": "Desk Lamp", "price": 60.5}',
+        'Like this:\n```python\nx = {"name": 1, "arguments": 2}\n```',
+    ):
+        turn = parse_action(text)
+        assert turn.tool_calls == () and turn.content == text
+
+
 def test_fenced_code_that_is_not_a_call_stays_content():
     text = 'Here is the data:\n```json\n{"total": 3}\n```'
     assert parse_action(text).content == text
@@ -69,14 +79,16 @@ def test_double_encoded_arguments():
     [
         ('<tool_call>{"name": "get", "arguments": {</tool_call>', "invalid JSON in <tool_call> block"),
         ('<tool_call>{"arguments": {}}</tool_call>', "missing tool name"),
-        ('{"name": "get", "arguments": "not json"}', "arguments of 'get' are not valid JSON"),
+        ('{"name": "get", "arguments": "not json"}', "invalid JSON in the arguments of 'get'"),
+        ("[" * 5000 + '{"name": "a", "arguments": {}}' + "]" * 5000, "nested too deeply"),
+        ('<tool_call>{"name": "a", "arguments": ' + "[" * 5000 + "</tool_call>", "nested too deeply"),
         ('{"name": "get", "arguments": [1, 2]}', "must be a JSON object"),
         ({"content": 3}, "'content' must be a string"),
         ({"tool_calls": "x"}, "'tool_calls' must be a list"),
         ({"role": "user", "content": "hi"}, "must be an assistant message"),
         ({"contents": "typo"}, "unexpected keys"),
         (42, "must be a str or a dict"),
-        ('{"name": "get", "arguments": {', "not valid JSON"),
+        ('{"name": "get", "arguments": {', "invalid JSON in the reply, which looks like a JSON tool call"),
     ],
 )
 def test_malformed_actions_raise_a_message_that_names_the_problem(action, fragment):

@@ -113,6 +113,7 @@ class ReasoningGymEnv(gym.Env[list, Any]):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
     capability: ClassVar[str] = ""
+    supports_splits: ClassVar[bool] = True  # reset(options={"split": ...}) takes split-relative seeds
     description: ClassVar[str] = "reasoning-gym procedural task, single turn, answer in <answer> tags"
 
     @classmethod

@@ -97,6 +97,7 @@ class ChatToolEnv(gym.Env[list, Any]):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
     capability: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    supports_splits: ClassVar[bool] = True  # reset(options={"split": ...}) takes split-relative seeds
     difficulty_levels: ClassVar[tuple[int, ...]] = (1,)
     default_difficulty: ClassVar[int] = 1
 
@@ -275,7 +276,14 @@ class ChatToolEnv(gym.Env[list, Any]):
         return reply.done
 
     def _observation(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(self.messages)
+        # Messages are never changed once appended, so a copy of each message (and of its call list) is
+        # enough to keep a caller's edits out of the env, without a deep copy of the whole conversation.
+        return [
+            {**message, "tool_calls": [_copy_call(c) for c in message["tool_calls"]]}
+            if "tool_calls" in message
+            else dict(message)
+            for message in self.messages
+        ]
 
     def _info(self) -> dict[str, Any]:
         return {"tools": self._episode_tools, "capability": self.capability, "turn": self.turn}
@@ -284,6 +292,10 @@ class ChatToolEnv(gym.Env[list, Any]):
         if level not in self.difficulty_levels:
             raise ValueError(f"difficulty must be one of {list(self.difficulty_levels)}, got {level!r}")
         return int(level)
+
+
+def _copy_call(call: dict[str, Any]) -> dict[str, Any]:
+    return {**call, "function": dict(call["function"])}
 
 
 def _dump(action: Any) -> str:

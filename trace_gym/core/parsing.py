@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
-FENCED_BLOCK = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
+# Only ```json and untagged fences can hold a call: a ```python block quoting a dict is text.
+FENCED_BLOCK = re.compile(r"```(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
+# A call names a tool and passes arguments (or is an OpenAI tool_calls / function object): a reply that quotes
+# a record with a "name" key is not a call.
+CALL_SHAPE = re.compile(
+    r'"name"\s*:.*"(arguments|parameters)"\s*:|"(arguments|parameters)"\s*:.*"name"\s*:|"(tool_calls|function)"\s*:',
+    re.DOTALL,
+)
 
 
 class ActionParseError(ValueError):
@@ -93,12 +100,7 @@ def _parse_text(text: str) -> AssistantTurn:
 
     stripped = text.strip()
     if stripped[:1] in "{[" and _looks_like_call(stripped):
-        try:
-            value = json.loads(stripped)
-        except json.JSONDecodeError as err:
-            raise ActionParseError(
-                f"the reply looks like a JSON tool call but is not valid JSON: {err}"
-            ) from None
+        value = _load_json(stripped, "the reply, which looks like a JSON tool call")
         if isinstance(value, dict) and ("tool_calls" in value or "content" in value) and "name" not in value:
             return _parse_message_dict(value)
         return AssistantTurn(content="", tool_calls=tuple(_calls_from_json(value, "JSON reply")))
@@ -106,21 +108,22 @@ def _parse_text(text: str) -> AssistantTurn:
 
 
 def _looks_like_call(text: str) -> bool:
-    return bool(re.search(r'"(name|tool_calls|function)"\s*:', text))
+    return bool(CALL_SHAPE.search(text))
 
 
 def _strip(text: str) -> str:
     return text.strip()
 
 
-def _load_json(text: str, where: str) -> Any:
+def _load_json(text: str, where: str, expected: str = '{"name": "<tool name>", "arguments": {...}}') -> Any:
     try:
         return json.loads(text.strip())
     except json.JSONDecodeError as err:
         raise ActionParseError(
-            f"invalid JSON in {where}: {err.msg} at position {err.pos}; expected "
-            '{"name": "<tool name>", "arguments": {...}}'
+            f"invalid JSON in {where}: {err.msg} at position {err.pos}; expected {expected}"
         ) from None
+    except RecursionError:  # hostile nesting must not escape step()
+        raise ActionParseError(f"JSON in {where} is nested too deeply") from None
 
 
 def _calls_from_json(value: Any, where: str) -> list[ToolCall]:
@@ -156,12 +159,16 @@ def _decode_arguments(arguments: Any, where: str, name: str) -> dict[str, Any]:
             return {}
         if not isinstance(arguments, str):
             break
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError as err:
-            raise ActionParseError(
-                f"{where}: arguments of {name!r} are not valid JSON ({err.msg} at position {err.pos})"
-            ) from None
+        arguments = _load_json(arguments, f"the arguments of {name!r} ({where})", "a JSON object")
     raise ActionParseError(
         f"{where}: arguments of {name!r} must be a JSON object, got {type(arguments).__name__}"
+    )
+
+
+def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
+    """The text form of one call that policies generate and :func:`parse_action` reads back."""
+    return (
+        "<tool_call>"
+        + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+        + "</tool_call>"
     )

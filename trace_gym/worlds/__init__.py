@@ -2,7 +2,7 @@
 
 from trace_gym.worlds.tools import Precondition, State, Tool, ToolError
 from trace_gym.worlds.user import STOP, Fact, ScriptedUser, UserReply, UserSimulator
-from trace_gym.worlds.world import ToolResult, World, canonical_json, state_hash
+from trace_gym.worlds.world import ToolResult, World, canonical_json, clone, state_hash
 
 __all__ = [
     "STOP",
@@ -17,5 +17,6 @@ __all__ = [
     "UserSimulator",
     "World",
     "canonical_json",
+    "clone",
     "state_hash",
 ]

@@ -7,7 +7,6 @@ only on success.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from dataclasses import dataclass
@@ -38,6 +37,18 @@ def _default(value: Any) -> Any:
     if isinstance(value, set | frozenset | tuple):
         return sorted(value) if isinstance(value, set | frozenset) else list(value)
     raise TypeError(f"state values must be JSON-serialisable, got {type(value).__name__}")
+
+
+def clone(value: Any) -> Any:
+    """Deep copy of plain JSON data (dicts, lists, scalars), several times faster than ``copy.deepcopy``.
+
+    States are plain JSON data by contract (they are hashed as canonical JSON), so nothing else needs copying.
+    """
+    if isinstance(value, dict):
+        return {key: clone(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [clone(item) for item in value]
+    return value
 
 
 def state_hash(state: State) -> str:
@@ -76,8 +87,8 @@ class World:
         failed = tool.failed_precondition(self.state, arguments)
         if failed is not None:
             return ToolResult(name, f"Error: {failed}", "precondition")
-        # Handlers of any kind run on a copy: a handler that raises half-way must not leave a partial write.
-        scratch = copy.deepcopy(self.state) if tool.kind == "write" else self.state
+        # Write handlers run on a copy: one that raises half-way must not leave a partial write.
+        scratch = clone(self.state) if tool.kind == "write" else self.state
         try:
             output = tool.handler(scratch, arguments)
         except ToolError as err:

@@ -209,15 +209,6 @@ class IdMaker:
                 return value
 
 
-def clone(value: Any) -> Any:
-    """Deep copy of plain JSON data, several times faster than ``copy.deepcopy``."""
-    if isinstance(value, dict):
-        return {key: clone(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [clone(item) for item in value]
-    return value
-
-
 def pick(rng: np.random.Generator, values: list[Any] | tuple[Any, ...]) -> Any:
     return values[int(rng.integers(len(values)))]
 

@@ -17,7 +17,6 @@ payment method) are applied to the initial and the running database alike.
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -28,7 +27,6 @@ import numpy as np
 
 from trace_gym.targets.retail.data import (
     IdMaker,
-    clone,
     make_address,
     make_database,
     make_order,
@@ -38,7 +36,7 @@ from trace_gym.targets.retail.data import (
 )
 from trace_gym.targets.retail.facts import Need, fmt
 from trace_gym.targets.retail.tools import CANCEL_REASONS, make_tools
-from trace_gym.worlds import State, Tool
+from trace_gym.worlds import State, Tool, clone
 
 TOOLS: dict[str, Tool] = {tool.name: tool for tool in make_tools()}  # built once: schema checks are slow
 
@@ -304,9 +302,7 @@ class Context:
         elif source == "gift_card":
             method["balance"] = money(self.rng.uniform(5, 400))
         user_id = self.user["user_id"]
-        self.mutate(
-            lambda s: s["users"][user_id]["payment_methods"].__setitem__(method_id, copy.deepcopy(method))
-        )
+        self.mutate(lambda s: s["users"][user_id]["payment_methods"].__setitem__(method_id, clone(method)))
         return method_id
 
     def set_balance(self, method_id: str, balance: float) -> bool:
