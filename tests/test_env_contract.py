@@ -152,3 +152,25 @@ def test_parallel_tool_calls_in_one_turn_and_limit():
     assert [m["role"] for m in obs[-3:]] == ["assistant", "tool", "tool"] and info["invalid_action"] is None
     obs, *_, info = env.step({"tool_calls": [{"name": "search_books", "arguments": {"title": "a"}}] * 3})
     assert info["invalid_action"] == "parse" and "at most 2" in obs[-1]["content"]
+
+
+def test_calls_of_one_turn_are_independent_and_an_invalid_one_changes_nothing():
+    env = gym.make("trace/test-library-v0").unwrapped
+    env.reset(seed=3)
+    member, book = env.target["member_id"], env.target["book_id"]
+    mixed = {
+        "tool_calls": [
+            {"name": "checkout", "arguments": {"member_id": member, "book_id": book}},
+            {"name": "teleport", "arguments": {}},
+            {"name": "checkout", "arguments": {"member_id": member, "book_id": book}},  # now on loan
+        ]
+    }
+    obs, _, _, _, info = env.step(mixed)
+    assert info["invalid_action"] == "unknown_tool"
+    answers = [m["content"] for m in obs[-3:]]
+    assert answers[0].startswith("{") and answers[1].startswith("Error: unknown tool")
+    assert "only available books" in answers[2]
+    alone = gym.make("trace/test-library-v0").unwrapped
+    alone.reset(seed=3)
+    alone.step(call("checkout", member_id=member, book_id=book))
+    assert env.world.state_hash() == alone.world.state_hash()

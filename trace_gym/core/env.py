@@ -10,8 +10,10 @@ Action
     messages; a turn without is a message to the user, whose simulator answers with a ``user`` message.
 Invalid actions
     Never raise. The env answers with an error that says what was wrong, ``info["invalid_action"]`` is one of
-    ``parse``, ``unknown_tool``, ``schema``, ``precondition`` (``None`` for a valid turn), the world state is
-    unchanged, and the episode is truncated after ``max_invalid_turns`` invalid turns.
+    ``parse``, ``unknown_tool``, ``schema``, ``precondition`` (``None`` for a valid turn), an invalid call
+    changes nothing, and the episode is truncated after ``max_invalid_turns`` invalid turns. Calls of one turn
+    run in order and independently, as parallel tool calls do in OpenAI's API: a valid call next to an invalid
+    one still takes effect (and the turn still counts as invalid).
 Reward
     Terminal, in [0, 1], from the env's algorithmic verifier, with ``info["reward_components"]`` and
     ``info["requirements"]`` (capability -> ``"PRESENT"`` / ``"LACKING"``) on the last step; 0.0 before.
