@@ -268,6 +268,7 @@ def _check_degenerate(
 
 # ---- fuzzing --------------------------------------------------------------------------------------------------
 FUZZ_TEXT = [
+    "[" * 5000 + '{"name": "x", "arguments": {}}' + "]" * 5000,  # nesting deep enough to hit recursion limits
     "",
     " ",
     "\x00",
