@@ -7,6 +7,7 @@ uses the token-id-level API of :class:`trace_train.policies.hf.HFPolicy` so that
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -63,3 +64,15 @@ def as_conversation(obs: Any) -> Conversation:
     raise TypeError(
         f"unsupported observation type {type(obs).__name__}: expected a list of chat messages or a string"
     )
+
+
+def cut_after_eos(
+    ids: Sequence[int], eos_ids: Collection[int], max_new_tokens: int | None = None
+) -> list[int]:
+    """Generated ids up to and including the first end-of-turn token (all of them if none), at most
+    ``max_new_tokens`` of them when given."""
+    ids = list(ids if max_new_tokens is None else ids[:max_new_tokens])
+    for j, t in enumerate(ids):
+        if t in eos_ids:
+            return ids[: j + 1]
+    return ids

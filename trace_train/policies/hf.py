@@ -14,7 +14,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from trace_train.chat import ChatRenderer
 from trace_train.config import LoraSettings
 from trace_train.models import load_model
-from trace_train.policies.base import Conversation, SamplingConfig, ToolSchema
+from trace_train.policies.base import Conversation, SamplingConfig, ToolSchema, cut_after_eos
 
 
 def attach_lora(
@@ -171,15 +171,7 @@ class HFPolicy:
                 )
         finally:
             self.model.train(was_training)
-        results = []
-        for row in out[:, width:].tolist():
-            cut = len(row)
-            for j, t in enumerate(row):
-                if t in self.eos_ids:
-                    cut = j + 1
-                    break
-            results.append(row[:cut])
-        return results
+        return [cut_after_eos(row, self.eos_ids) for row in out[:, width:].tolist()]
 
     @contextlib.contextmanager
     def _generation_context(self) -> Iterator[None]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_gym.openai_client import OpenAIClient, OpenAIError
-from trace_train.policies.base import SamplingConfig
+from trace_train.policies.base import SamplingConfig, cut_after_eos
 
 
 class RemoteGenerationError(RuntimeError):
@@ -133,14 +133,7 @@ class RemoteGenerator:
                     outputs = list(pool.map(one, range(len(prompts))))
         except OpenAIError as err:
             raise self._fail(f"generation (POST /completions, model {model!r})", err) from err
-        return [self._cut(ids, sampling.max_new_tokens) for ids in outputs]
-
-    def _cut(self, ids: list[int], max_new_tokens: int) -> list[int]:
-        ids = ids[:max_new_tokens]
-        for j, t in enumerate(ids):
-            if t in self.eos_ids:
-                return ids[: j + 1]
-        return ids
+        return [cut_after_eos(ids, self.eos_ids, sampling.max_new_tokens) for ids in outputs]
 
     # ---- LoRA hot-loading ------------------------------------------------------------------------------------
     def publish(self, model: Any, step: int) -> str:
