@@ -44,9 +44,7 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1.0
 
 
-def token_weights(
-    mask: torch.Tensor, loss_type: str, max_completion_tokens: int | None = None
-) -> torch.Tensor:
+def token_weights(mask: torch.Tensor, loss_type: str) -> torch.Tensor:
     """Per-token weights w such that loss = sum(w * token_loss) / normaliser (see module docstring)."""
     mask = mask.float()
     if loss_type == "grpo":

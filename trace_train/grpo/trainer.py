@@ -12,6 +12,7 @@ One step:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import resource
@@ -270,7 +271,7 @@ class GRPOTrainer:
                     mb_idx[s : s + a.micro_batch_size] for s in range(0, len(mb_idx), a.micro_batch_size)
                 ]
                 for k, idx in enumerate(micro):
-                    ctx = self.acc.no_sync(self.model) if k < len(micro) - 1 else _nullcontext()
+                    ctx = self.acc.no_sync(self.model) if k < len(micro) - 1 else contextlib.nullcontext()
                     with ctx:
                         logp, tmask = self._logprobs(
                             self.model, [seqs[i] for i in idx], [masks[i] for i in idx]
@@ -392,14 +393,6 @@ def _scatter(rows: list[torch.Tensor], tmask: torch.Tensor) -> torch.Tensor:
 
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def train(args: GRPOArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
