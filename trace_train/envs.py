@@ -12,7 +12,6 @@ import gymnasium as gym
 # Third-party envs ignore options["split"]; for them disjoint seed ranges keep test instances out of training.
 TRAIN_SEED_BASE = 0
 TEST_SEED_BASE = 1_000_000_000
-TRACE_PACKAGES = ("trace_gym", "generated_envs")
 
 
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:
@@ -25,16 +24,18 @@ def make_env(env_id: str, **kwargs: Any) -> gym.Env:
 
 
 def honours_splits(env: gym.Env) -> bool:
-    """True for envs that implement the trace contract's ``options={"split": ...}`` (seed = index in split)."""
-    flag = getattr(env.unwrapped, "supports_splits", None)
-    if flag is not None:
-        return bool(flag)
-    # trace envs and their subclasses (generated envs, test domains) all follow the contract
-    return any(c.__module__.split(".")[0] in TRACE_PACKAGES for c in type(env.unwrapped).__mro__)
+    """True for envs that implement the trace contract's ``options={"split": ...}`` (seed = index in split).
+
+    Such envs say so with a class attribute ``supports_splits = True`` (``ChatToolEnv``, ``ReasoningGymEnv``
+    and their subclasses inherit it).
+    """
+    return bool(getattr(env.unwrapped, "supports_splits", False))
 
 
-def split_seed(split: str, index: int, env: gym.Env | None = None) -> int:
-    """The reset seed of the ``index``-th task of ``split`` for ``env``."""
+def reset_seed(split: str, index: int, env: gym.Env | None = None) -> int:
+    """The reset seed of the ``index``-th task of ``split`` for ``env`` (split-relative for envs that honour
+    splits, else from a disjoint range per split). Not :func:`trace_gym.core.env.split_seed`, which maps a
+    split-relative seed into the split's own seed range inside the env."""
     if env is not None and honours_splits(env):
         return index
     return (TEST_SEED_BASE if split == "test" else TRAIN_SEED_BASE) + index

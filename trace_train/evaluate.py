@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_train.chat import assistant_text
-from trace_train.envs import make_env, split_seed, tools_of
+from trace_train.envs import make_env, reset_seed, tools_of
 from trace_train.policies.base import Policy, SamplingConfig, as_conversation
 from trace_train.policies.hf import HFPolicy
 from trace_train.rollout import ResetSpec, collect
@@ -92,11 +92,11 @@ def evaluate(
     difficulty: int | None = None,
     out_jsonl: str | Path | None = None,
 ) -> EvalResult:
-    """Greedy by default; seeds are ``split_seed(split, seed_offset + i)`` so test seeds never overlap training."""
+    """Greedy by default; seeds are ``reset_seed(split, seed_offset + i)`` so test seeds never overlap training."""
     sampling = sampling or SamplingConfig(temperature=0.0, max_new_tokens=256)
     probe = make_env(env_id)
     specs = [
-        ResetSpec(seed=split_seed(split, seed_offset + i, probe), group=i, split=split, difficulty=difficulty)
+        ResetSpec(seed=reset_seed(split, seed_offset + i, probe), group=i, split=split, difficulty=difficulty)
         for i in range(episodes)
     ]
     records: list[dict[str, Any]] = []

@@ -19,7 +19,7 @@ import torch
 
 from trace_train.chat import assistant_text
 from trace_train.config import LoraSettings, SFTArgs
-from trace_train.envs import make_env, split_seed
+from trace_train.envs import make_env, reset_seed
 from trace_train.grpo.logprobs import pad_batch, sequence_logprobs
 from trace_train.policies.base import SamplingConfig
 from trace_train.policies.hf import HFPolicy
@@ -69,7 +69,7 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
 
         policy.model = attach_lora(policy.model, lora, None)
     probe = make_env(args.env_id)
-    seeds = [split_seed("train", args.seed_offset + i, probe) for i in range(args.episodes)]
+    seeds = [reset_seed("train", args.seed_offset + i, probe) for i in range(args.episodes)]
     probe.close()
     trajs, failed = oracle_trajectories(policy, args.env_id, seeds, args.max_turns, args.difficulty)
     if not trajs:

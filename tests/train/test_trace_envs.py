@@ -8,7 +8,7 @@ import importlib.util
 import gymnasium as gym
 import pytest
 
-from trace_train.envs import honours_splits, make_env, split_seed
+from trace_train.envs import honours_splits, make_env, reset_seed
 from trace_train.sft import oracle_trajectories
 
 trace_gym = pytest.importorskip("trace_gym")
@@ -26,7 +26,7 @@ def test_oracle_replay_through_rendered_text_scores_one(tiny_policy, env_id):
         pytest.skip(f"{env_id} is not registered")
     env = make_env(env_id)
     assert honours_splits(env)
-    seeds = [split_seed("train", i, env) for i in range(3)]
+    seeds = [reset_seed("train", i, env) for i in range(3)]
     assert seeds == [0, 1, 2]
     trajs, failed = oracle_trajectories(tiny_policy, env_id, seeds, max_turns=40)
     assert failed == 0, "the oracle, rendered as <tool_call> text, must still score 1.0"

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from trace_train.config import GRPOArgs
-from trace_train.envs import make_env, split_seed
+from trace_train.envs import make_env, reset_seed
 from trace_train.grpo.advantages import group_advantages, informative_groups
 from trace_train.grpo.checkpoint import load_checkpoint, save_checkpoint
 from trace_train.grpo.logprobs import pad_batch, sequence_logprobs
@@ -136,7 +136,7 @@ class GRPOTrainer:
         n_hint = round(a.hint_fraction * a.group_size)
         specs = []
         for g, task in enumerate(task_indices):
-            seed = split_seed("train", task, self.envs[0])
+            seed = reset_seed("train", task, self.envs[0])
             for j in range(a.group_size):
                 specs.append(
                     ResetSpec(seed=seed, group=g, hint=j < n_hint, split="train", difficulty=a.difficulty)
