@@ -12,12 +12,11 @@ from trace_gym.openai_client import OpenAIClient
 from trace_gym.targets.retail.llm_user import RetailLLMUser
 from trace_gym.targets.retail.policy import HINT, POLICY
 from trace_gym.targets.retail.tasks import Task, generate_task
-from trace_gym.targets.retail.tools import make_tools
+from trace_gym.targets.retail.tools import TOOLS
 from trace_gym.targets.retail.user import RetailUser
 from trace_gym.targets.retail.verifier import evaluate
 from trace_gym.worlds import State, Tool
 
-_TOOLS = make_tools()  # built once: JSON Schema checks of 14 tools cost more than a whole reset
 USERS = ("scripted", "llm")
 LLM_USER_OPTIONS = ("temperature", "seed", "max_tokens", "max_replies", "system_template", "greeting")
 
@@ -106,7 +105,7 @@ class RetailEnv(ChatToolEnv):
         super().__init__(render_mode, difficulty, max_turns, max_invalid_turns, max_tool_calls_per_turn)
 
     def _make_tools(self) -> list[Tool]:
-        return list(_TOOLS)
+        return list(TOOLS.values())
 
     def _new_episode(self, rng: np.random.Generator, difficulty: int) -> Episode:
         task = generate_task(rng, difficulty)

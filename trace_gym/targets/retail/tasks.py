@@ -35,10 +35,8 @@ from trace_gym.targets.retail.data import (
     pick,
 )
 from trace_gym.targets.retail.facts import Need, fmt
-from trace_gym.targets.retail.tools import CANCEL_REASONS, make_tools
-from trace_gym.worlds import State, Tool, clone
-
-TOOLS: dict[str, Tool] = {tool.name: tool for tool in make_tools()}  # built once: schema checks are slow
+from trace_gym.targets.retail.tools import CANCEL_REASONS, TOOLS
+from trace_gym.worlds import State, clone
 
 CAPABILITIES = (
     "precondition-checking",

@@ -490,10 +490,7 @@ def make_tools() -> list[Tool]:
     ]
 
 
-WRITE_TOOLS = (
-    "cancel_pending_order",
-    "modify_pending_order_address",
-    "modify_pending_order_items",
-    "return_delivered_order_items",
-    "exchange_delivered_order_items",
-)
+# Built once at import: the JSON Schema checks of the tools cost more than a whole reset. Keyed by name, in the
+# order of make_tools() (the order the env offers them in).
+TOOLS: dict[str, Tool] = {tool.name: tool for tool in make_tools()}
+WRITE_TOOLS = tuple(name for name, tool in TOOLS.items() if tool.kind == "write")
