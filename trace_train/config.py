@@ -36,8 +36,22 @@ class LoraSettings:
         )
 
 
+class LoraArgs:
+    """``lora()`` for argument classes with ``lora_rank``/``lora_alpha``/``lora_dropout``/``lora_target_modules``."""
+
+    lora_rank: int
+    lora_alpha: int
+    lora_dropout: float
+    lora_target_modules: list[str]
+
+    def lora(self) -> LoraSettings:
+        return LoraSettings(
+            self.lora_rank, self.lora_alpha, self.lora_dropout, list(self.lora_target_modules)
+        )
+
+
 @dataclass
-class GRPOArgs:
+class GRPOArgs(LoraArgs):
     env_id: str
     model: str = "smollm2-135m"
     out: str = "runs/grpo"
@@ -90,11 +104,6 @@ class GRPOArgs:
     tensorboard: bool = True
     progress: bool = True
 
-    def lora(self) -> LoraSettings:
-        return LoraSettings(
-            self.lora_rank, self.lora_alpha, self.lora_dropout, list(self.lora_target_modules)
-        )
-
     def loss_config(self) -> LossConfig:
         from trace_train.grpo.losses import LossConfig
 
@@ -102,7 +111,7 @@ class GRPOArgs:
 
 
 @dataclass
-class SFTArgs:
+class SFTArgs(LoraArgs):
     env_id: str
     model: str = "smollm2-135m"
     out: str = "runs/sft"

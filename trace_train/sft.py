@@ -18,11 +18,11 @@ from typing import Any
 import torch
 
 from trace_train.chat import assistant_text
-from trace_train.config import LoraSettings, SFTArgs
+from trace_train.config import SFTArgs
 from trace_train.envs import make_env, reset_seed
 from trace_train.grpo.logprobs import pad_batch, sequence_logprobs
 from trace_train.policies.base import SamplingConfig
-from trace_train.policies.hf import HFPolicy
+from trace_train.policies.hf import HFPolicy, ensure_lora
 from trace_train.rollout import ResetSpec, Trajectory, collect
 
 
@@ -62,12 +62,8 @@ def oracle_trajectories(
 def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
     torch.manual_seed(args.seed)
     random.seed(args.seed)
-    lora = LoraSettings(args.lora_rank, args.lora_alpha, args.lora_dropout, list(args.lora_target_modules))
-    policy = policy or HFPolicy.from_pretrained(args.model, lora=lora, dtype=args.dtype)
-    if not hasattr(policy.model, "disable_adapter"):
-        from trace_train.policies.hf import attach_lora
-
-        policy.model = attach_lora(policy.model, lora, None)
+    policy = policy or HFPolicy.from_pretrained(args.model, lora=args.lora(), dtype=args.dtype)
+    policy.model = ensure_lora(policy.model, args.lora())
     probe = make_env(args.env_id)
     seeds = [reset_seed("train", args.seed_offset + i, probe) for i in range(args.episodes)]
     probe.close()

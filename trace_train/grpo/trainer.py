@@ -30,7 +30,7 @@ from trace_train.grpo.logprobs import pad_batch, sequence_logprobs
 from trace_train.grpo.losses import normaliser, policy_loss, token_weights
 from trace_train.metrics import MetricsLogger
 from trace_train.policies.base import SamplingConfig
-from trace_train.policies.hf import HFPolicy, attach_lora
+from trace_train.policies.hf import HFPolicy, ensure_lora
 from trace_train.rollout import ResetSpec, RolloutStats, Trajectory, collect
 
 
@@ -59,8 +59,8 @@ class GRPOTrainer:
             policy = HFPolicy.from_pretrained(
                 args.model, adapter=args.init_adapter, lora=args.lora(), dtype=args.dtype
             )
-        elif not hasattr(policy.model, "disable_adapter"):
-            policy.model = attach_lora(policy.model, args.lora(), args.init_adapter)
+        else:
+            policy.model = ensure_lora(policy.model, args.lora(), args.init_adapter)
         self.policy = policy
         self.policy.model.to(self.acc.device)
         if args.gradient_checkpointing:

@@ -26,6 +26,17 @@ def attach_lora(
     return get_peft_model(model, (lora or LoraSettings()).to_peft())
 
 
+def ensure_lora(
+    model: PreTrainedModel | PeftModel,
+    lora: LoraSettings | None,
+    adapter: str | os.PathLike | None = None,
+) -> PeftModel:
+    """``model`` itself when it already has a LoRA adapter, else :func:`attach_lora` of it."""
+    if hasattr(model, "disable_adapter"):
+        return model
+    return attach_lora(model, lora, adapter)
+
+
 @contextlib.contextmanager
 def _grad_flag_on_frozen(model: torch.nn.Module) -> Iterator[None]:
     """Set ``requires_grad`` on frozen weights while decoding under ``no_grad`` (nothing is recorded).
