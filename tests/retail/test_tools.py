@@ -77,6 +77,14 @@ def test_calculate_errors(world, expression, message):
     assert message in refused(world, "calculate", expression=expression)
 
 
+@pytest.mark.parametrize(
+    "expression", ["1e308 * 10", "1e308 + 1e308", "-1e308 * 10", "1e308 / 1e-308", "1e308 * 10 - 1e308 * 10"]
+)
+def test_calculate_refuses_non_finite_results(world, expression):
+    message = refused(world, "calculate", expression=expression)
+    assert "too large" in message
+
+
 def test_cancel(world):
     assert "not found" in refused(world, "cancel_pending_order", order_id="#W9", reason="no longer needed")
     for order_id, status in (

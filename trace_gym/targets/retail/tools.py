@@ -9,6 +9,7 @@ write never changes the database. Capability envs reuse these exact tools over s
 from __future__ import annotations
 
 import ast
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -123,6 +124,8 @@ def calculate(state: State, args: dict[str, Any]) -> Any:
         raise ToolError("division by zero") from None
     except (OverflowError, RecursionError):
         raise ToolError("the result is too large") from None
+    if not math.isfinite(value):  # float + - * / overflow to inf (or inf - inf to nan) without raising
+        raise ToolError("the result is too large (not a finite number)")
     return f"{round(value, 2):.2f}"
 
 
