@@ -178,9 +178,9 @@ def requirements(
             user.told.get(fact, done[0].turn) < done[0].turn for w in request.writes for fact in w.depends
         )
 
-    def policy(request: Request) -> bool:
+    def policy(i: int, request: Request) -> bool:
         if request.push == "status":
-            return not on_order(request.order_id) and user.needs_told(task.requests.index(request))
+            return not on_order(request.order_id) and user.needs_told(i)
         if request.push == "other_user":
             return not any(
                 attempted(c) and c.arguments.get("order_id") == request.forbidden_order for c in calls
@@ -195,7 +195,7 @@ def requirements(
         "structured-reasoning": lambda i, r: user.needs_told(i) and user.effect_done(r),
         "information-gathering": lambda i, r: gathered(r),
         "error-recovery": lambda i, r: user.needs_told(i) and user.effect_done(r),
-        "policy-adherence": lambda i, r: policy(r),
+        "policy-adherence": lambda i, r: policy(i, r),
     }
     labels: dict[str, Label] = {}
     for capability in task.capabilities:
