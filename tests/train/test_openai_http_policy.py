@@ -124,3 +124,15 @@ def test_mismatched_tools_and_empty_batch(standin):
 
 def test_clean_message_keeps_role_keys():
     assert clean_message({"role": "user", "content": "x", "extra": 1}) == {"role": "user", "content": "x"}
+
+
+def test_http_policy_and_tool_text_import_without_torch_or_transformers():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, trace_train.policies.openai_http, trace_train.tool_text; "
+        "print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -16,14 +16,13 @@ requests; :meth:`OpenAIHTTPPolicy.load_adapter` loads a PEFT directory and switc
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from trace_gym.openai_client import AssistantMessage, OpenAIClient
+from trace_gym.openai_client import OpenAIClient
 from trace_train.policies.base import Conversation, Message, SamplingConfig, ToolSchema
+from trace_train.tool_text import assistant_text
 
 # Keys OpenAI's API accepts per role; envs keep extras (e.g. ``name`` on tool messages) that strict servers
 # reject.
@@ -108,25 +107,10 @@ class OpenAIHTTPPolicy:
             stop=list(sampling.stop) or None,
             extra=extra,
         )
-        return render_assistant_text(message)
+        return assistant_text(message.to_message())
 
 
 def clean_message(message: Message) -> Message:
     """Keep only the keys OpenAI's API defines for the message's role."""
     keys = _MESSAGE_KEYS.get(message.get("role", ""), tuple(message))
     return {key: message[key] for key in keys if key in message}
-
-
-def render_assistant_text(message: AssistantMessage) -> str:
-    """Content followed by one ``<tool_call>{"name", "arguments"}</tool_call>`` block per structured call."""
-    parts = [message.content] if message.content else []
-    for call in message.tool_calls:
-        function = call.get("function", call)
-        arguments = function.get("arguments", {})
-        if isinstance(arguments, str):
-            # Unparseable text is kept: the env's parser reports malformed arguments to the model.
-            with contextlib.suppress(json.JSONDecodeError):
-                arguments = json.loads(arguments)
-        body = json.dumps({"name": function.get("name"), "arguments": arguments}, ensure_ascii=False)
-        parts.append(f"<tool_call>{body}</tool_call>")
-    return "\n".join(parts)
