@@ -35,7 +35,7 @@ from trace_gym.targets.retail.data import (
     pick,
 )
 from trace_gym.targets.retail.facts import Need, fmt
-from trace_gym.targets.retail.tools import CANCEL_REASONS, TOOLS
+from trace_gym.targets.retail.tools import CANCEL_REASONS, TOOLS, price_difference
 from trace_gym.worlds import State, clone
 
 CAPABILITIES = (
@@ -589,8 +589,7 @@ def _build_change_items(ctx: Context, r: Request, hidden: float) -> None:
         new_ids.append(chosen)
     if r.variant == "unavailable" and not first_choice:
         r.variant = "none"  # the drawn first choice must stay available for an earlier request
-    prices = {v: p["variants"][v]["price"] for p in ctx.now["products"].values() for v in p["variants"]}
-    difference = money(sum(prices[v] for v in new_ids) - sum(prices[v] for v in old_ids))
+    difference = price_difference(ctx.now, {"item_ids": old_ids, "new_item_ids": new_ids})
     user_id = ctx.user["user_id"]
     depends: list[str] = []
     if r.variant == "gift_card":
