@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trace_train.chat import assistant_text
 from trace_train.envs import make_env, reset_seed, tools_of
 from trace_train.policies.base import Policy, SamplingConfig, as_conversation
 from trace_train.policies.hf import HFPolicy
@@ -39,10 +38,9 @@ class EvalResult:
 
 
 def _text_episodes(
-    policy: Policy, env_id: str, specs: Sequence[ResetSpec], sampling: SamplingConfig, max_turns: int
+    policy: Policy, envs: Sequence[Any], specs: Sequence[ResetSpec], sampling: SamplingConfig, max_turns: int
 ) -> list[dict[str, Any]]:
-    """Text-level batched episodes for any Policy (e.g. the OpenAI-compatible HTTP policy)."""
-    envs = [make_env(env_id) for _ in specs]
+    """Text-level batched episodes for any Policy (e.g. the OpenAI-compatible HTTP policy); one env per spec."""
     convs, tools, records = [], [], []
     for env, spec in zip(envs, specs, strict=True):
         obs, info = env.reset(seed=spec.seed, options=spec.options())
@@ -65,7 +63,7 @@ def _text_episodes(
             convs[i] = (
                 [
                     *convs[i],
-                    {"role": "assistant", "content": assistant_text(text)},
+                    {"role": "assistant", "content": text},
                     {"role": "user", "content": obs},
                 ]
                 if isinstance(obs, str)
@@ -94,19 +92,26 @@ def evaluate(
 ) -> EvalResult:
     """Greedy by default; seeds are ``reset_seed(split, seed_offset + i)`` so test seeds never overlap training."""
     sampling = sampling or SamplingConfig(temperature=0.0, max_new_tokens=256)
-    probe = make_env(env_id)
-    specs = [
-        ResetSpec(seed=reset_seed(split, seed_offset + i, probe), group=i, split=split, difficulty=difficulty)
-        for i in range(episodes)
-    ]
+    # one env per batch slot, made once and reset for every episode; the first also tells the seed convention
+    envs = [make_env(env_id) for _ in range(max(1, min(batch_size, episodes)))]
     records: list[dict[str, Any]] = []
-    for b in range(0, len(specs), batch_size):
-        chunk = specs[b : b + batch_size]
-        if isinstance(policy, HFPolicy):
-            envs = [make_env(env_id) for _ in chunk]
-            records += [t.to_json() for t in collect(policy, envs, chunk, sampling, max_turns)]
-        else:
-            records += _text_episodes(policy, env_id, chunk, sampling, max_turns)
+    try:
+        specs = [
+            ResetSpec(
+                seed=reset_seed(split, seed_offset + i, envs[0]), group=i, split=split, difficulty=difficulty
+            )
+            for i in range(episodes)
+        ]
+        for b in range(0, len(specs), batch_size):
+            chunk = specs[b : b + batch_size]
+            if isinstance(policy, HFPolicy):
+                trajs = collect(policy, envs[: len(chunk)], chunk, sampling, max_turns)
+                records += [t.to_json() for t in trajs]
+            else:
+                records += _text_episodes(policy, envs[: len(chunk)], chunk, sampling, max_turns)
+    finally:
+        for env in envs:
+            env.close()
     rewards = [r["reward"] for r in records]
     wins = sum(1 for r in rewards if r >= 1.0)
     n = len(records)
