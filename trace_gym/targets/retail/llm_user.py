@@ -140,6 +140,9 @@ class RetailLLMUser(RetailUser):
     ):
         super().__init__(task, state, clock)
         self.llm = LLMUser(instruction(task), model, client=client, **options)
+        # _note_told's progress per tracked fact (keyed by its place in the task): where its window of ``said``
+        # starts, how far it was scanned, and the first turn each of its patterns appeared (None: not yet)
+        self._tracked: dict[tuple[int, int], tuple[int, int, list[int | None]]] = {}
 
     def opening(self) -> str:
         text = self.llm.opening()
@@ -165,14 +168,27 @@ class RetailLLMUser(RetailUser):
         """Record identity facts and the facts of the requests raised so far at the turn they were first said.
 
         A fact whose markers all appear in its own request's wording (a fallback variant named by options the
-        request names too) counts only after the message that raised the request (``said[starts[i]]``)."""
-        facts = [(fact, said) for fact in self.task.identity_facts]
+        request names too) counts only after the message that raised the request (``said[starts[i]]``).
+
+        ``said`` only grows between calls, so each message is scanned once per fact: a fact's first turn per
+        pattern is kept, and a fact is told (as ``UserFact.told_at`` over its window) once every pattern has one.
+        A request's facts join when it is raised; then its window so far is scanned once."""
+        facts: list[tuple[tuple[int, int], UserFact, int]] = [
+            ((-1, j), fact, 0) for j, fact in enumerate(self.task.identity_facts)
+        ]
         for index, request in enumerate(self.task.requests[: self.current + 1]):
-            for fact in request.facts:
+            for j, fact in enumerate(request.facts):
+                if (index, j) in self._tracked:
+                    facts.append(((index, j), fact, self._tracked[(index, j)][0]))
+                    continue
                 worded = fact.told_at([(0, request.intro)]) is not None
-                facts.append((fact, said[self.starts[index] + 1 :] if worded else said))
-        for fact, seen in facts:
-            if fact.name not in self.told:
-                turn = fact.told_at(seen)
-                if turn is not None:
-                    self.told[fact.name] = turn
+                facts.append(((index, j), fact, self.starts[index] + 1 if worded else 0))
+        for key, fact, start in facts:
+            _, scanned, turns = self._tracked.get(key, (start, start, [None] * len(fact.patterns)))
+            for turn, text in said[max(start, scanned) :]:
+                for k, pattern in enumerate(fact.patterns):
+                    if turns[k] is None and re.search(pattern, text, re.IGNORECASE):
+                        turns[k] = turn
+            self._tracked[key] = (start, max(start, scanned, len(said)), turns)
+            if fact.name not in self.told and all(turn is not None for turn in turns):
+                self.told[fact.name] = max(turns)  # type: ignore[type-var]

@@ -106,12 +106,16 @@ class UserFact:
     triggers: tuple[str, ...]
     markers: tuple[str, ...] = ()
 
+    @property
+    def patterns(self) -> tuple[str, ...]:
+        """What must appear for the fact to be told: its markers, or else the whole value."""
+        return self.markers or (re.escape(self.value),)
+
     def told_at(self, said: Sequence[tuple[int, str]]) -> int | None:
         """The turn by which every marker appeared in ``said`` ((turn, user message), in order), or None.
         Without markers, the whole value must appear."""
-        patterns = self.markers or (re.escape(self.value),)
         turns = []
-        for pattern in patterns:
+        for pattern in self.patterns:
             turn = next((t for t, text in said if re.search(pattern, text, re.IGNORECASE)), None)
             if turn is None:
                 return None
