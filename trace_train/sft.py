@@ -94,7 +94,8 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
             ids, attn, pmask = pad_batch(
                 [x for x, _ in batch], [m for _, m in batch], policy.tokenizer.pad_token_id
             )
-            logp, tmask = sequence_logprobs(model, ids, attn, pmask)
+            dev = policy.device  # the model's device (from_pretrained puts it on the GPU when there is one)
+            logp, tmask = sequence_logprobs(model, ids.to(dev), attn.to(dev), pmask.to(dev))
             loss = -(logp * tmask).sum() / tmask.sum().clamp(min=1)  # token-level NLL of agent tokens only
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite SFT loss at step {step}")

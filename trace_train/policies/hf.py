@@ -129,12 +129,16 @@ class HFPolicy:
         lora: LoraSettings | None = None,
         dtype: torch.dtype | str = torch.float32,
         trainable: bool = False,
+        device: torch.device | str | None = None,
     ) -> HFPolicy:
+        """Load ``model`` (plus a LoRA adapter when asked) onto ``device``: by default the GPU when there is
+        one, else the CPU."""
         base, tokenizer = load_model(model, dtype=dtype)
         if adapter is not None or lora is not None or trainable:
             if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
                 raise FileNotFoundError(f"{adapter} is not a PEFT adapter directory (no adapter_config.json)")
             base = attach_lora(base, lora, adapter)
+        base.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         return cls(base, tokenizer, name=str(model))
 
     @property
