@@ -9,7 +9,8 @@ from gymnasium.utils.env_checker import check_env
 
 from trace_gym.registration import trace_env_ids
 
-ALL_ENVS = trace_env_ids()
+# test_validation.py registers deliberately broken envs (trace/broken-*); they are not under contract here.
+ALL_ENVS = [e for e in trace_env_ids() if not e.startswith("trace/broken-")]
 
 
 @pytest.mark.parametrize("env_id", ALL_ENVS)
