@@ -554,6 +554,26 @@ def _set_available(ctx: Context, product_id: str, item_id: str, available: bool)
     ctx.mutate(lambda s: s["products"][product_id]["variants"][item_id].__setitem__("available", available))
 
 
+def _payment_choice(
+    ctx: Context,
+    r: Request,
+    hidden: float,
+    pay: str,
+    method: str,
+    question: str,
+    depends: list[str],
+    script: list[dict[str, Any]],
+) -> None:
+    """The user names the payment method in the request, or (with chance ``hidden``) only when asked."""
+    if hidden and ctx.chance(hidden):
+        r.facts.append(UserFact("payment", pay, TRIGGERS["payment"], ctx.method_markers(method)))
+        r.capabilities.add("information-gathering")
+        depends.append("payment")
+        script.append(say(question))
+    else:
+        r.intro += " " + pay
+
+
 def _build_change_items(ctx: Context, r: Request, hidden: float) -> None:
     assert r.order_id is not None
     oid, rng = r.order_id, ctx.rng
@@ -626,13 +646,16 @@ def _build_change_items(ctx: Context, r: Request, hidden: float) -> None:
     r.reads += [("get_order_details", oid)] + [
         ("get_product_details", item["product_id"]) for item, _ in changes
     ]
-    if hidden and ctx.chance(hidden):
-        r.facts.append(UserFact("payment", pay, TRIGGERS["payment"], ctx.method_markers(wanted)))
-        r.capabilities.add("information-gathering")
-        depends.append("payment")
-        script.append(say("Which payment method should I use for the price difference?"))
-    else:
-        r.intro += " " + pay
+    _payment_choice(
+        ctx,
+        r,
+        hidden,
+        pay,
+        wanted,
+        "Which payment method should I use for the price difference?",
+        depends,
+        script,
+    )
     if r.variant == "unavailable":
         item = changes[0][0]
         r.obstacle = "unavailable"
@@ -707,13 +730,16 @@ def _build_return(ctx: Context, r: Request, hidden: float) -> None:
     pay = f"Please refund the money to my {ctx.method_text(method)}."
     depends: list[str] = []
     script: list[dict[str, Any]] = [call("get_order_details", order_id=oid)]
-    if hidden and ctx.chance(hidden):
-        r.facts.append(UserFact("payment", pay, TRIGGERS["payment"], ctx.method_markers(method)))
-        r.capabilities.add("information-gathering")
-        depends.append("payment")
-        script.append(say("Which payment method should the refund go to: the original one or a gift card?"))
-    else:
-        r.intro += " " + pay
+    _payment_choice(
+        ctx,
+        r,
+        hidden,
+        pay,
+        method,
+        "Which payment method should the refund go to: the original one or a gift card?",
+        depends,
+        script,
+    )
     args = {"order_id": oid, "item_ids": [item["item_id"] for item in chosen], "payment_method_id": method}
     r.writes.append(Write("return_delivered_order_items", args, tuple(depends)))
     r.needs.append(Need("refund_amount", "money", refund))
