@@ -9,6 +9,7 @@ trace train / sft / evaluate ...        see ``trace_train.commands`` (docs/train
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from collections.abc import Sequence
@@ -18,6 +19,11 @@ from rich.console import Console
 from rich.table import Table
 
 console = Console()
+
+# Modules that add subcommands: each has ``register(subparsers)``. One module per pipeline part keeps this
+# file small; a module whose dependencies are missing leaves stubs that say what to install.
+COMMAND_MODULES: tuple[str, ...] = ("trace_train.commands",)
+UNAVAILABLE_NAMES: dict[str, tuple[str, ...]] = {"trace_train.commands": ("train", "sft", "evaluate", "demo")}
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
@@ -171,22 +177,24 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--hint", action="store_true", help="show the expert hint in the system prompt")
     play.set_defaults(func=cmd_play)
 
-    try:
-        from trace_train import commands as train_commands
-    except ImportError as err:  # the env commands work without the training stack
-        train_commands = None
-        missing = err
-    if train_commands is not None:
-        train_commands.register(sub)
-    else:
-        for name in ("train", "sft", "evaluate"):
-            stub = sub.add_parser(name, help=f"unavailable: {missing}")
-            stub.set_defaults(func=lambda _a, e=missing: _missing(e))
+    for module_name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as err:  # the env commands work without the training stack
+            _register_unavailable(sub, module_name, err)
+            continue
+        module.register(sub)
     return parser
 
 
+def _register_unavailable(sub: argparse._SubParsersAction, module_name: str, err: ImportError) -> None:
+    for name in UNAVAILABLE_NAMES.get(module_name, ()):
+        stub = sub.add_parser(name, help=f"unavailable: {err}")
+        stub.set_defaults(func=lambda _a, e=err: _missing(e))
+
+
 def _missing(err: ImportError) -> int:
-    console.print(f"[red]training commands need the full install: {err}[/red]")
+    console.print(f"[red]this command needs the full install: {err}[/red]")
     return 2
 
 
