@@ -1,0 +1,128 @@
+"""The stage runner's skip / redo / resume / --from logic, on small stages that write files."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from trace_train.pipeline.config import RunConfig, config_from_dict
+from trace_train.pipeline.progress import Reporter
+from trace_train.pipeline.runner import Pipeline, Stage, StageError
+
+
+class Calls:
+    def __init__(self):
+        self.log: list[tuple[str, bool]] = []
+        self.interrupt_at: str | None = None
+        self.fail_at: str | None = None
+
+
+def make_stages(calls: Calls) -> list[Stage]:
+    def first(ctx):
+        calls.log.append(("first", ctx.resume))
+        (ctx.dir / "out.txt").write_text(f"rollouts={ctx.config.rollouts.episodes}")
+        return {"n": ctx.config.rollouts.episodes}
+
+    def second(ctx):
+        calls.log.append(("second", ctx.resume))
+        partial = ctx.dir / "partial.txt"
+        if ctx.resume:
+            assert partial.read_text() == "half"  # the interrupted attempt's work is still there
+        partial.write_text("half")
+        if calls.interrupt_at == "second":
+            calls.interrupt_at = None
+            raise KeyboardInterrupt
+        if calls.fail_at == "second":
+            calls.fail_at = None
+            raise RuntimeError("boom")
+        upstream = (ctx.upstream_dirs["first"] / "out.txt").read_text()
+        (ctx.dir / "out.txt").write_text(upstream + f"|steps={ctx.config.adapters.steps}")
+        return {"from": ctx.upstream["first"]["n"]}
+
+    def third(ctx):
+        calls.log.append(("third", ctx.resume))
+        return {"summary": (ctx.upstream_dirs["second"] / "out.txt").read_text()}
+
+    return [
+        Stage("first", first, sections=("rollouts",)),
+        Stage("second", second, sections=("adapters",), needs=("first",)),
+        Stage("third", third, sections=("report",), needs=("second",)),
+    ]
+
+
+def run(tmp_path, calls, from_stage=None, **overrides) -> list[str]:
+    data = {"out": str(tmp_path / "run"), **overrides}
+    config = config_from_dict(data)
+    pipe = Pipeline(make_stages(calls), config, Reporter(io.StringIO(), tty=False))
+    calls.log.clear()
+    return [r.action for r in pipe.run(from_stage=from_stage)]
+
+
+def test_skip_redo_resume_and_from(tmp_path):
+    calls = Calls()
+    assert run(tmp_path, calls) == ["ran", "ran", "ran"]
+    assert run(tmp_path, calls) == ["skipped", "skipped", "skipped"]
+    assert calls.log == []
+    # a change in a section only the second stage reads: it and its successor are redone
+    assert run(tmp_path, calls, adapters={"steps": 3}) == ["skipped", "ran", "ran"]
+    # a change upstream cascades: the first stage's output changes, so everything after it reruns
+    assert run(tmp_path, calls, adapters={"steps": 3}, rollouts={"episodes": 9}) == ["ran", "ran", "ran"]
+    # same config again: nothing to do; --from forces that stage and the rest
+    assert run(tmp_path, calls, adapters={"steps": 3}, rollouts={"episodes": 9}) == ["skipped"] * 3
+    assert run(tmp_path, calls, "second", adapters={"steps": 3}, rollouts={"episodes": 9}) == [
+        "skipped",
+        "ran",
+        "ran",
+    ]
+    state = json.loads((tmp_path / "run" / "02-second" / "stage.json").read_text())
+    assert state["status"] == "done" and len(state["output_hash"]) == 64
+    cfg = json.loads((tmp_path / "run" / "02-second" / "config.json").read_text())
+    assert cfg["sections"]["adapters"]["steps"] == 3 and set(cfg["upstream"]) == {"first"}
+
+
+def test_interrupted_stage_resumes_and_failed_stage_reruns(tmp_path):
+    calls = Calls()
+    calls.interrupt_at = "second"
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, calls)
+    state = json.loads((tmp_path / "run" / "02-second" / "stage.json").read_text())
+    assert state["status"] == "running"
+    assert run(tmp_path, calls) == ["skipped", "resumed", "ran"]
+    assert calls.log == [("second", True), ("third", False)]
+
+    calls.fail_at = "second"
+    with pytest.raises(StageError, match="stage second failed: RuntimeError: boom"):
+        run(tmp_path, calls, "second")
+    assert json.loads((tmp_path / "run" / "02-second" / "stage.json").read_text())["status"] == "failed"
+    assert run(tmp_path, calls) == ["skipped", "ran", "ran"]
+    assert calls.log[0] == ("second", False)  # a failed stage starts over in an emptied folder
+
+
+def test_unchanged_output_does_not_cascade(tmp_path):
+    calls = Calls()
+    run(tmp_path, calls)
+    # the first stage redone (its state lost) reproduces the same files and result: successors keep their work
+    (tmp_path / "run" / "01-first" / "stage.json").unlink()
+    assert run(tmp_path, calls) == ["ran", "skipped", "skipped"]
+
+
+def test_bad_from_and_bad_order(tmp_path):
+    calls = Calls()
+    with pytest.raises(ValueError, match="'nope' is not a stage; stages: first, second, third"):
+        run(tmp_path, calls, "nope")
+    stages = make_stages(calls)
+    with pytest.raises(ValueError, match="needs"):
+        Pipeline([stages[1], stages[0]], RunConfig())
+
+
+def test_non_tty_progress_prints_lines():
+    stream = io.StringIO()
+    reporter = Reporter(stream, tty=False, every_s=0.0)
+    with reporter.bar("rollouts", 4) as bar:
+        for _ in range(4):
+            bar.advance(status="ok")
+    lines = stream.getvalue().splitlines()
+    assert lines[-1].startswith("[rollouts] 4/4 (100%)") and lines[-1].endswith("- ok")
+    assert "\x1b" not in stream.getvalue()  # no terminal control codes in a log

@@ -1,0 +1,277 @@
+"""The stage runner: skip what is finished, redo what changed, resume what was interrupted.
+
+Each stage owns ``<out>/<NN>-<name>/`` holding ``config.json`` (the config sections it read and the output
+hashes of the stages it reads from), ``stage.json`` (status, input hash, output hash, wall time, peak memory,
+result) and its outputs. The *input hash* is the SHA-256 of that config; the *output hash* covers the stage's
+files and result. A stage's input hash includes its upstream output hashes, so a changed stage invalidates
+exactly the stages that read from it, transitively.
+
+On ``run``, per stage in order:
+* ``done`` with the same input hash: skipped;
+* ``running`` (interrupted) with the same input hash: run again with ``resume=True`` in the same folder
+  (rollouts keep finished episodes, GRPO continues from its last checkpoint);
+* otherwise (new, changed inputs, failed, or forced with ``--from``): the folder is emptied and the stage runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import resource
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trace_train.pipeline.config import RunConfig
+from trace_train.pipeline.progress import Reporter
+
+STATE_FILE, CONFIG_FILE = "stage.json", "config.json"
+# Outputs that do not identify a stage's result: checkpoints and logs written on the way.
+UNHASHED_DIRS = {"checkpoints", "tensorboard", "__pycache__"}
+
+
+class StageError(RuntimeError):
+    """A stage failed; the message says which and why (the stage's folder keeps what it wrote)."""
+
+
+@dataclass
+class StageContext:
+    """What a stage function gets: its folder, the config, upstream results, and resume/progress helpers."""
+
+    name: str
+    dir: Path
+    config: RunConfig
+    upstream: dict[str, dict[str, Any]]  # stage name -> its result
+    upstream_dirs: dict[str, Path]
+    resume: bool
+    reporter: Reporter
+    run_dir: Path
+
+    def log(self, text: str) -> None:
+        self.reporter.line(f"[{self.name}] {text}")
+
+    def bar(self, label: str, total: int) -> contextlib.AbstractContextManager[Any]:
+        return self.reporter.bar(f"{self.name}: {label}" if label else self.name, total)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    run: Callable[[StageContext], dict[str, Any]]
+    sections: tuple[str, ...]  # config sections (top-level keys) the stage reads
+    needs: tuple[str, ...] = ()  # stages whose results or files it reads
+    version: int = 1  # bump when the stage's code changes what it produces
+    doc: str = ""
+
+
+@dataclass
+class StageRecord:
+    name: str
+    action: str  # ran, resumed, skipped, failed
+    wall_s: float
+    peak_rss_mb: float
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+def canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def hash_outputs(directory: Path, result: dict[str, Any]) -> str:
+    """SHA-256 over every output file (path + bytes) and the result, skipping state and scratch."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        rel = path.relative_to(directory)
+        if rel.parts[0] in (STATE_FILE, CONFIG_FILE) or UNHASHED_DIRS & set(rel.parts):
+            continue
+        h.update(str(rel).encode())
+        with path.open("rb") as f:
+            for chunk in iter(lambda f=f: f.read(1 << 20), b""):
+                h.update(chunk)
+    h.update(canonical(result).encode())
+    return h.hexdigest()
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class Pipeline:
+    def __init__(self, stages: Sequence[Stage], config: RunConfig, reporter: Reporter | None = None):
+        names = [s.name for s in stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate stage names in {names}")
+        for i, s in enumerate(stages):
+            missing = [n for n in s.needs if n not in names[:i]]
+            if missing:
+                raise ValueError(f"stage {s.name} needs {missing}, which do not run before it")
+        self.stages = list(stages)
+        self.config = config
+        self.out = Path(config.out)
+        self.reporter = reporter or Reporter()
+
+    def stage_dir(self, stage: Stage) -> Path:
+        return self.out / f"{self.stages.index(stage) + 1:02d}-{stage.name}"
+
+    def stage_names(self) -> list[str]:
+        return [s.name for s in self.stages]
+
+    def read_state(self, stage: Stage) -> dict[str, Any] | None:
+        path = self.stage_dir(stage) / STATE_FILE
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            return None  # a state file cut by a crash: treat the stage as never run
+
+    def stage_config(self, stage: Stage, upstream_hashes: dict[str, str]) -> dict[str, Any]:
+        cfg = {"stage": stage.name, "version": stage.version, "seed": self.config.seed}
+        cfg["sections"] = {s: self.config.section(s) for s in stage.sections}
+        cfg["upstream"] = upstream_hashes
+        return cfg
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        self.out.mkdir(parents=True, exist_ok=True)
+        with open(self.out / ".lock", "w") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StageError(f"another trace run is using {self.out}") from None
+            yield
+
+    def run(self, from_stage: str | None = None, until: str | None = None) -> list[StageRecord]:
+        names = self.stage_names()
+        for flag, value in (("--from", from_stage), ("--until", until)):
+            if value is not None and value not in names:
+                raise ValueError(f"{flag} {value!r} is not a stage; stages: {', '.join(names)}")
+        force_from = names.index(from_stage) if from_stage else len(names)
+        stop_after = names.index(until) if until else len(names) - 1
+        records: list[StageRecord] = []
+        results: dict[str, dict[str, Any]] = {}
+        hashes: dict[str, str] = {}
+        with self._lock():
+            (self.out / "run_config.json").write_text(json.dumps(_asdict(self.config), indent=2) + "\n")
+            for stage in self.stages[force_from:]:  # --from sticks even if this run stops early
+                (self.stage_dir(stage) / STATE_FILE).unlink(missing_ok=True)
+            for i, stage in enumerate(self.stages[: stop_after + 1]):
+                record = self._run_one(stage, i >= force_from, results, hashes)
+                records.append(record)
+                results[stage.name] = record.result
+        return records
+
+    def _run_one(
+        self, stage: Stage, forced: bool, results: dict[str, dict[str, Any]], hashes: dict[str, str]
+    ) -> StageRecord:
+        directory = self.stage_dir(stage)
+        cfg = self.stage_config(stage, {n: hashes[n] for n in stage.needs})
+        input_hash = sha256_text(canonical(cfg))
+        state = self.read_state(stage)
+        same_inputs = state is not None and state.get("input_hash") == input_hash
+        if not forced and same_inputs and state["status"] == "done":
+            hashes[stage.name] = state["output_hash"]
+            self.reporter.line(f"== {stage.name}: finished earlier, inputs unchanged: skipped")
+            return StageRecord(stage.name, "skipped", state["wall_s"], state["peak_rss_mb"], state["result"])
+        resume = not forced and same_inputs and state["status"] == "running"
+        if resume:
+            self.reporter.line(f"== {stage.name}: interrupted earlier: resuming in {directory}")
+        else:
+            why = "forced (--from)" if forced else ("inputs changed" if state else "new")
+            if state is not None and state.get("status") == "failed" and same_inputs and not forced:
+                why = "failed earlier"
+            self.reporter.line(f"== {stage.name}: running ({why}) in {directory}")
+            if directory.exists():
+                shutil.rmtree(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / CONFIG_FILE).write_text(json.dumps(cfg, indent=2, default=str) + "\n")
+        started = time.time()
+        previous_wall = float(state.get("wall_s", 0.0)) if resume and state else 0.0
+        self._write_state(directory, {"status": "running", "input_hash": input_hash, "started": started})
+        ctx = StageContext(
+            name=stage.name,
+            dir=directory,
+            config=self.config,
+            upstream={n: results[n] for n in stage.needs},
+            upstream_dirs={n: self.stage_dir(self._by_name(n)) for n in stage.needs},
+            resume=resume,
+            reporter=self.reporter,
+            run_dir=self.out,
+        )
+        try:
+            result = stage.run(ctx)
+        except KeyboardInterrupt:
+            self._write_state(
+                directory,
+                {"status": "running", "input_hash": input_hash, "wall_s": previous_wall + time.time() - started},
+            )
+            self.reporter.line(f"== {stage.name}: interrupted; `trace run` again resumes it")
+            raise
+        except Exception as err:
+            self._write_state(
+                directory,
+                {
+                    "status": "failed",
+                    "input_hash": input_hash,
+                    "error": f"{type(err).__name__}: {err}",
+                    "traceback": traceback.format_exc(),
+                },
+            )
+            raise StageError(f"stage {stage.name} failed: {type(err).__name__}: {err}") from err
+        wall = previous_wall + time.time() - started
+        output_hash = hash_outputs(directory, result)
+        hashes[stage.name] = output_hash
+        state = {
+            "status": "done",
+            "input_hash": input_hash,
+            "output_hash": output_hash,
+            "wall_s": round(wall, 2),
+            "peak_rss_mb": round(peak_rss_mb(), 1),
+            "finished": time.time(),
+            "result": result,
+        }
+        self._write_state(directory, state)
+        self.reporter.line(f"== {stage.name}: done in {wall:.1f} s")
+        return StageRecord(stage.name, "resumed" if resume else "ran", state["wall_s"], state["peak_rss_mb"], result)
+
+    def _by_name(self, name: str) -> Stage:
+        return next(s for s in self.stages if s.name == name)
+
+    @staticmethod
+    def _write_state(directory: Path, state: dict[str, Any]) -> None:
+        tmp = directory / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(state, indent=2, default=str) + "\n", encoding="utf-8")
+        tmp.replace(directory / STATE_FILE)  # atomic: a crash never leaves half a state file
+
+
+def _asdict(config: RunConfig) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(config)
+
+
+def summary_lines(records: Sequence[StageRecord]) -> list[str]:
+    width = max((len(r.name) for r in records), default=5)
+    lines = [f"{'stage':<{width}}  {'action':<8} {'wall s':>8} {'peak RSS MB':>12}  result"]
+    for r in records:
+        brief = r.result.get("summary", "") if isinstance(r.result, dict) else ""
+        lines.append(f"{r.name:<{width}}  {r.action:<8} {r.wall_s:>8.1f} {r.peak_rss_mb:>12.0f}  {brief}")
+    total = sum(r.wall_s for r in records if r.action != "skipped")
+    lines.append(f"{'total':<{width}}  {'':<8} {total:>8.1f}")
+    return lines
+
+
+def print_exception(err: BaseException) -> None:
+    print(f"error: {err}", file=sys.stderr)
