@@ -20,4 +20,6 @@ def _register_builtins() -> None:
 _register_builtins()
 load_plugins()
 
+from trace_gym.interop import vector as _vector  # noqa: E402, F401 - async gym.make_vec with chat observations
+
 __all__ = ["__version__", "load_plugins", "register_env"]
