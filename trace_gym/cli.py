@@ -22,7 +22,7 @@ console = Console()
 
 # Modules that add subcommands: each has ``register(subparsers)``. One module per pipeline part keeps this
 # file small; a module whose dependencies are missing leaves stubs that say what to install.
-COMMAND_MODULES: tuple[str, ...] = ("trace_train.commands",)
+COMMAND_MODULES: tuple[str, ...] = ("trace_train.commands", "trace_gym.analysis.commands")
 UNAVAILABLE_NAMES: dict[str, tuple[str, ...]] = {"trace_train.commands": ("train", "sft", "evaluate", "demo")}
 
 

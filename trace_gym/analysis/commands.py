@@ -1,0 +1,146 @@
+"""CLI subcommands of step 1, ``trace rollout`` and ``trace analyze`` (registered by ``trace_gym.cli``).
+
+trace rollout ENV_ID --model M --episodes N --out DIR [--resume]     base-agent trajectories (JSONL)
+trace analyze DIR [DIR ...] --out DIR [--labeller requirements|llm|both]   selection + report
+
+See docs/analysis.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+def cmd_rollout(ns: argparse.Namespace) -> int:
+    from trace_gym.analysis.rollouts import RolloutArgs, RolloutError, rollout
+
+    args = RolloutArgs(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(RolloutArgs)})
+    try:
+        with console.status(f"rolling out {args.model} on {args.env_id}") as status:
+            summary = rollout(args, lambda done, total: status.update(f"{done}/{total} episodes written"))
+    except (RolloutError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    rate = summary.passed / summary.written if summary.written else 0.0
+    console.print(
+        f"{summary.written} episodes written to {summary.path} ({summary.skipped} already there), "
+        f"{summary.passed} passed ({rate:.1%}), {summary.seconds:.1f} s",
+        markup=False,
+    )
+    return 0
+
+
+def cmd_analyze(ns: argparse.Namespace) -> int:
+    from trace_gym.analysis.analyze import AnalyzeArgs, analyze
+    from trace_gym.analysis.labels import LabellingError
+    from trace_gym.analysis.report import table_rows
+    from trace_gym.analysis.rollouts import RolloutError
+    from trace_gym.analysis.selection import SelectionError
+    from trace_gym.openai_client import OpenAIError
+
+    args = AnalyzeArgs(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(AnalyzeArgs)})
+    try:
+        with console.status("analysing") as status:
+            result = analyze(args, lambda stage, done, total: status.update(f"{stage}: {done}/{total}"))
+    except (RolloutError, LabellingError, SelectionError, OpenAIError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    t = result.selection["target"]
+    th = result.selection["thresholds"]
+    table = Table(
+        title=f"trace analyze {t['env_id']} ({t['episodes']} train episodes, {t['failed']} failed; "
+        f"{result.selection['labeller']} labels, K={th['k']} of N={th['n']})"
+    )
+    columns, rows = table_rows(result)
+    for column in columns:
+        table.add_column(column, justify="left" if column == "capability" else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(
+        "stage times: " + ", ".join(f"{k} {v:.2f} s" for k, v in result.timings.items()), markup=False
+    )
+    llm = result.selection.get("llm")
+    if llm and llm["failures"]:
+        console.print(
+            f"[yellow]{llm['failures']} of {llm['calls']} LLM labelling calls failed (left out of their run; "
+            f"see {result.paths.get('llm_failures')})[/yellow]"
+        )
+    console.print(f"selected: {', '.join(result.selection['selected']) or 'none'}", markup=False)
+    for key in ("selection", "report_md", "report_html"):
+        console.print(f"  {result.paths[key]}", markup=False)
+    if ns.json:
+        print(json.dumps(result.selection["selected"]))
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from trace_gym.analysis import aggregate
+
+    ro = subparsers.add_parser(
+        "rollout", help="step 1: base-agent trajectories on a target's train split (JSONL)"
+    )
+    ro.add_argument("env_id", help="Gymnasium id, e.g. trace/retail-v0")
+    ro.add_argument(
+        "--model",
+        required=True,
+        help="local model path or alias (smollm2-135m), a served model name with --base-url, "
+        "or a scripted agent: oracle, oracle-without:CAPABILITY",
+    )
+    ro.add_argument("--out", required=True, help="output dir (trajectories.jsonl, rollout.json)")
+    ro.add_argument("--episodes", type=int, default=64)
+    ro.add_argument("--split", default="train", help="only train is accepted: analysis never sees test tasks")
+    ro.add_argument("--seed-offset", type=int, default=0, help="first train-split task index")
+    ro.add_argument("--max-turns", type=int, default=20)
+    ro.add_argument("--batch-size", type=int, default=8, help="episodes in flight")
+    ro.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    ro.add_argument("--top-p", type=float, default=1.0)
+    ro.add_argument("--max-new-tokens", type=int, default=256)
+    ro.add_argument("--sampling-seed", type=int, default=None, help="per-request seed (HTTP servers)")
+    ro.add_argument("--difficulty", type=int, default=None)
+    ro.add_argument("--base-url", default=None, help="OpenAI-compatible server (key from $OPENAI_API_KEY)")
+    ro.add_argument(
+        "--adapter", default=None, help="PEFT adapter dir (local) or served LoRA name (--base-url)"
+    )
+    ro.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ro.add_argument("--resume", action="store_true", help="continue the file in --out (same settings)")
+    ro.set_defaults(func=cmd_rollout)
+
+    an = subparsers.add_parser(
+        "analyze", help="step 1: contrastive capability analysis -> selected_capabilities.json + report"
+    )
+    an.add_argument("rollouts", nargs="+", help="`trace rollout` output dirs or trajectory JSONL files")
+    an.add_argument("--out", required=True, help="output dir")
+    an.add_argument("--labeller", default="requirements", choices=["requirements", "llm", "both"])
+    an.add_argument(
+        "--select-with", default="requirements", choices=["requirements", "llm"], help="with --labeller both"
+    )
+    an.add_argument("--rho", type=float, default=aggregate.DEFAULT_RHO, help="min Cov")
+    an.add_argument("--delta", type=float, default=aggregate.DEFAULT_DELTA, help="min Delta")
+    an.add_argument("--runs", type=int, default=aggregate.DEFAULT_RUNS, help="N, LLM labelling runs")
+    an.add_argument("--min-runs", type=int, default=None, help="K of N runs (default ceil(0.8 N))")
+    an.add_argument("--examples", type=int, default=2, help="example failures kept per capability")
+    an.add_argument("--model", default=None, help="the analysis agent's model (LLM labeller)")
+    an.add_argument("--base-url", default=None, help="its OpenAI-compatible server (key: $OPENAI_API_KEY)")
+    an.add_argument(
+        "--capabilities",
+        nargs="*",
+        default=[],
+        help="seed capability list (name or name=description); with --no-discover, label exactly these",
+    )
+    an.add_argument("--no-discover", dest="discover", action="store_false")
+    an.add_argument("--temperature", type=float, default=0.7, help="labelling temperature")
+    an.add_argument("--max-attempts", type=int, default=3, help="tries per LLM call before it is reported")
+    an.add_argument("--max-tokens", type=int, default=2048)
+    an.add_argument("--concurrency", type=int, default=8, help="LLM requests in flight")
+    an.add_argument("--max-chars", type=int, default=400, help="chars kept per message in LLM prompts")
+    an.add_argument("--json", action="store_true", help="also print the selected names as JSON")
+    an.set_defaults(func=cmd_analyze)
