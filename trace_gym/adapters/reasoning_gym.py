@@ -20,16 +20,21 @@ Bad actions
     ``"parse"``.
 Splits
     ``options={"split": "train"|"test"}`` maps the seed into that split's range of :data:`SPLITS`, like every
-    trace env; the instance seed is then drawn from a per-split range of reasoning-gym seeds
-    (train ``[0, 2**31)``, test ``[2**31, 2**32)``), so the two splits never share a generator seed. Tiny
-    problem spaces (e.g. one-digit sums) can still repeat a question across splits.
+    trace env (without the option, the seed's range decides). The split is by *content*, not only by seed:
+    reset draws reasoning-gym instance seeds from ``np_random`` until the entry's canonical task key
+    (:meth:`ReasoningGymEnv.task_key`: the expression of arithmetic datasets, the sorted numbers of gcd/lcm,
+    else the whitespace-normalised question) hashes to the requested split (:mod:`trace_gym.core.splits`,
+    20% of keys are test). No test question occurs in the train split, for any seed. A tiny problem space
+    still splits, with few distinct test tasks: ``arith1`` (one-digit +/-) has about 40, so the demo uses
+    ``arith2`` (operands of up to two digits, several thousand test tasks).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -37,10 +42,11 @@ import numpy as np
 
 from trace_gym.core.env import SPLITS, render_conversation, split_seed
 from trace_gym.core.spaces import AssistantTurnSpace, ChatObservationSpace
+from trace_gym.core.splits import TEST_SHARE, draw_in_split
 from trace_gym.registration import register_env
 
 ENTRY_POINT = "trace_gym.adapters.reasoning_gym:ReasoningGymEnv"
-ID_TEMPLATE = "trace/rg-{name}-v0"
+ID_TEMPLATE = "trace/rg-{name}-v1"  # v1: content splits (v0 split by seed only)
 
 # Cheap datasets (a few ms per entry at most) whose reference answer scores 1.0 and a wrong one 0. Left out:
 # datasets whose scorer gives fuzzy partial credit to any text (spell_backward), so degenerate replies score > 0,
@@ -61,8 +67,9 @@ CURATED_DATASETS: tuple[str, ...] = (
 )
 
 # Registered variants with a dataset config of their own: id name -> (dataset, config).
-# ``arith1``: two one-digit operands of either sign, + and -; small enough for a 135M model to learn on
-# a CPU (the `trace demo` task).
+# ``arith1``: two one-digit operands of either sign, + and -: about 200 distinct tasks, too few to split by
+# content into a meaningful test set (about 40 test tasks). ``arith2``: operands of one or two digits, a task
+# space of tens of thousands with thousands of test tasks: the `trace demo` task.
 CURATED_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "arith1": (
         "basic_arithmetic",
@@ -75,6 +82,26 @@ CURATED_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
             "allow_negation": False,
         },
     ),
+    "arith2": (
+        "basic_arithmetic",
+        {
+            "min_terms": 2,
+            "max_terms": 2,
+            "min_digits": 1,
+            "max_digits": 2,
+            "operators": ("+", "-"),
+            "allow_negation": False,
+        },
+    ),
+}
+
+# Canonical task keys: what makes two entries the same task (the question's wording and the order of
+# commutative inputs do not). Datasets not listed use the whitespace-normalised question.
+TASK_KEYS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "basic_arithmetic": lambda e: " ".join(str(e["metadata"]["expression"]).split()),
+    "chain_sum": lambda e: " ".join(str(e["metadata"]["expression"]).split()),
+    "gcd": lambda e: ",".join(str(n) for n in sorted(e["metadata"]["numbers"])),
+    "lcm": lambda e: ",".join(str(n) for n in sorted(e["metadata"]["numbers"])),
 }
 
 SYSTEM_PROMPT = (
@@ -87,8 +114,8 @@ HINT = (
     "format (order, separators, units, case) and write nothing but the final answer inside the <answer> tags."
 )
 
-# Instance-seed ranges of reasoning-gym per split (disjoint; below 2**32 for numpy-seeded datasets).
-INSTANCE_SEEDS: dict[str, tuple[int, int]] = {"train": (0, 2**31), "test": (2**31, 2**32)}
+INSTANCE_SEED_RANGE = 2**32  # reasoning-gym instance seeds (below 2**32 for numpy-seeded datasets)
+GENERATOR_RETRIES = 100
 RESERVED_CONFIG = frozenset({"seed", "size"})
 
 _ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL | re.IGNORECASE)
@@ -114,6 +141,8 @@ class ReasoningGymEnv(gym.Env[list, Any]):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
     capability: ClassVar[str] = ""
     supports_splits: ClassVar[bool] = True  # reset(options={"split": ...}) takes split-relative seeds
+    content_split: ClassVar[bool] = True  # no test task key occurs in the train split (see module docstring)
+    test_share: ClassVar[float] = TEST_SHARE
     description: ClassVar[str] = "reasoning-gym procedural task, single turn, answer in <answer> tags"
 
     @classmethod
@@ -175,10 +204,22 @@ class ReasoningGymEnv(gym.Env[list, Any]):
             raise ValueError(f"unknown reset options {sorted(unknown)}; known: hint, split")
         seed, self.split = _split_seed(seed, options.get("split"))
         super().reset(seed=seed)
-        low, high = INSTANCE_SEEDS[self.split]
-        instance_seed = int(self.np_random.integers(low, high))
-        self.dataset = self._build(instance_seed)
-        self.entry = self.dataset[0]
+
+        def draw() -> tuple[int, Any, dict[str, Any]]:
+            for _ in range(GENERATOR_RETRIES):
+                instance_seed = int(self.np_random.integers(INSTANCE_SEED_RANGE))
+                dataset = self._build(instance_seed)
+                try:
+                    return instance_seed, dataset, dataset[0]
+                except ArithmeticError:  # e.g. basic_arithmetic's default config divides by zero now and then
+                    continue
+            raise RuntimeError(
+                f"reasoning-gym {self.dataset_name!r} failed {GENERATOR_RETRIES} draws in a row"
+            )
+
+        (instance_seed, self.dataset, self.entry), _ = draw_in_split(
+            draw, lambda drawn: self._key(drawn[2]), self.split, self.test_share
+        )
         system = self.system_prompt
         if options.get("hint") and self.hint:
             system = f"{system}\n\n# Expert advice\n{self.hint}"
@@ -230,6 +271,19 @@ class ReasoningGymEnv(gym.Env[list, Any]):
         if self.entry is None:
             raise RuntimeError("call reset() before render_instance()")
         return f"{self.entry['question']}\n---\n{self.entry['answer']}"
+
+    def task_key(self) -> str:
+        """The current entry's canonical task key (see :data:`TASK_KEYS`)."""
+        if self.entry is None:
+            raise RuntimeError("call reset() before task_key()")
+        return self._key(self.entry)
+
+    def _key(self, entry: dict[str, Any]) -> str:
+        keyer = TASK_KEYS.get(self.dataset_name)
+        if keyer is not None:
+            with contextlib.suppress(KeyError, TypeError):
+                return keyer(entry)
+        return " ".join(str(entry["question"]).split())
 
     def _score(self, answer: str) -> float:
         try:

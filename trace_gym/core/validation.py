@@ -66,6 +66,7 @@ def validate_env(
         ("oracle", lambda: _check_oracle(env_id, make_kwargs, config)),
         ("degenerate", lambda: _check_degenerate(env_id, make_kwargs, config)),
         ("fuzz", lambda: _check_fuzz(env_id, make_kwargs, config)),
+        ("split_overlap", lambda: check_split_overlap(env_id, make_kwargs, config)),
     ]
     results: list[CheckResult] = []
     for name, run in checks:
@@ -337,4 +338,27 @@ def _check_fuzz(env_id: str, make_kwargs: dict[str, Any], config: ValidationConf
         not problems,
         f"{steps} fuzzed steps, {invalid} flagged invalid, {len(problems)} problems",
         "\n".join(problems[:10]),
+    )
+
+
+def check_split_overlap(env_id: str, make_kwargs: dict[str, Any], config: ValidationConfig) -> CheckResult:
+    """Test instances (seeds 0..seeds-1 of the test split) whose task key occurs among the keys of train seeds
+    0..5*seeds-1. Must be 0 for every trace env: a seed split is not a content split (trace_gym.core.splits).
+    """
+    from trace_gym.core.splits import split_overlap
+
+    env = _make(env_id, make_kwargs)
+    key = getattr(env, "task_key", env.render_instance)
+
+    def keys(split: str, n: int) -> list[str]:
+        out = []
+        for seed in range(n):
+            env.reset(seed=seed, options={"split": split})
+            out.append(key())
+        return out
+
+    overlap = split_overlap(keys("train", 5 * config.seeds), keys("test", config.seeds))
+    content = "content split" if getattr(env, "content_split", False) else "seed split only"
+    return CheckResult(
+        "split_overlap", overlap.overlapping_instances == 0, overlap.figure, f"{content}; must be 0"
     )
