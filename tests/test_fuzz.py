@@ -68,3 +68,58 @@ def test_step_never_raises_and_invalid_actions_leave_state_unchanged(seed, env_i
             assert env.world is None or env.world.state_hash() == before
         if terminated or truncated:
             break
+
+
+class _Opaque:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+def _deep(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+ODD_VALUES = [
+    {1, 2},
+    b"bytes",
+    _Opaque(),
+    object(),
+    _deep(100_000),
+    float("nan"),
+    {1: "int key"},
+    ("a", "tuple"),
+    "\udc80",
+]
+
+
+def _odd_actions(name: str) -> list:
+    found = []
+    for value in ODD_VALUES:
+        found.append({"content": "", "tool_calls": [{"function": {"name": name, "arguments": {"x": value}}}]})
+        found.append({"content": value, "tool_calls": []})
+        found.append(value)
+    # A lone surrogate inside a written value: stored by the tool, hashed at the end of the episode.
+    found.append(f'<tool_call>{{"name": "{name}", "arguments": {{"message": "\\udc80", "summary": "\\udc80"}}}}</tool_call>')
+    return found
+
+
+def test_step_never_raises_on_any_python_value_up_to_the_episode_end():
+    for env_id in ENV_IDS:
+        env = gym.make(env_id).unwrapped
+        env.max_invalid_turns = env.max_turns = 10_000
+        env.reset(seed=0)
+        for tool in env.tools:
+            for action in _odd_actions(tool["function"]["name"]):
+                obs, reward, terminated, truncated, info = env.step(action)
+                assert env.observation_space.contains(obs)
+                if terminated or truncated:
+                    env.reset(seed=0)
+        env.max_turns = getattr(env, "turn", 0) + 1  # the next step ends the episode: the verifier hashes the final state
+        for action in ("\udc80", {"content": "\udc80"}):
+            _, reward, terminated, truncated, _ = env.step(action)
+            assert 0.0 <= reward <= 1.0
+            if terminated or truncated:
+                break

@@ -95,3 +95,29 @@ def test_malformed_actions_raise_a_message_that_names_the_problem(action, fragme
     with pytest.raises(ActionParseError, match=None) as err:
         parse_action(action)
     assert fragment in str(err.value)
+
+
+def test_parsing_runs_in_linear_time():
+    import time
+
+    for text in ('{"name": 1, ' * 30_000 + '"arguments": 2}', '"name": ' * 40_000, "```json\n" * 40_000):
+        start = time.perf_counter()
+        try:
+            parse_action(text)
+        except ActionParseError:
+            pass
+        assert time.perf_counter() - start < 1.0, text[:40]
+
+
+@pytest.mark.parametrize("value", [{1, 2}, b"x", object(), float("inf"), {3: 4}])
+def test_arguments_that_are_not_json_values_are_parse_errors(value):
+    with pytest.raises(ActionParseError, match="not JSON"):
+        parse_action({"tool_calls": [{"name": "get", "arguments": {"x": value}}]})
+
+
+def test_hostile_nesting_in_arguments_is_a_parse_error():
+    value: list = []
+    for _ in range(100_000):
+        value = [value]
+    with pytest.raises(ActionParseError, match="deeper"):
+        parse_action({"tool_calls": [{"name": "get", "arguments": {"x": value}}]})

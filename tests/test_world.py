@@ -87,3 +87,10 @@ def test_scripted_user_reveals_facts_confirms_and_stops():
     assert user.reply("Still nice.").done  # out of patience
     done["flag"] = True
     assert user.reply("Done.").done
+
+
+def test_state_hash_accepts_any_string_a_tool_stored():
+    from trace_gym.worlds.world import state_hash
+
+    assert state_hash({"a": "\udc80"}) != state_hash({"a": "x"})
+    assert state_hash({"a": "é"}) == state_hash({"a": "é"})

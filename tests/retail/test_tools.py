@@ -74,7 +74,15 @@ def test_calculate(world, expression, answer):
      ("1" * 201, "too long"), ("9.9e999 ** 2", "only contain"), ("True + 1", "only contain")],
 )  # fmt: skip
 def test_calculate_errors(world, expression, message):
-    assert message in refused(world, "calculate", expression=expression)
+    kind = "schema" if len(expression) > 200 else "precondition"  # the schema's maxLength comes first
+    assert message in refused(world, "calculate", kind, expression=expression)
+
+
+def test_every_string_argument_has_a_length_limit():
+    for tool in make_tools():
+        for name, schema in tool.parameters["properties"].items():
+            limited = schema.get("maxLength") or schema.get("enum") or schema.get("items", {}).get("maxLength")
+            assert limited, f"{tool.name}.{name} has no length limit"
 
 
 @pytest.mark.parametrize(

@@ -24,11 +24,15 @@ TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 # Only ```json and untagged fences can hold a call: a ```python block quoting a dict is text.
 FENCED_BLOCK = re.compile(r"```(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
 # A call names a tool and passes arguments (or is an OpenAI tool_calls / function object): a reply that quotes
-# a record with a "name" key is not a call.
-CALL_SHAPE = re.compile(
-    r'"name"\s*:.*"(arguments|parameters)"\s*:|"(arguments|parameters)"\s*:.*"name"\s*:|"(tool_calls|function)"\s*:',
-    re.DOTALL,
-)
+# a record with a "name" key is not a call. Keys are found one by one (linear time; a pattern with ``.*``
+# between two keys backtracks quadratically on long JSON-shaped text).
+NAME_KEY = re.compile(r'"name"\s*:')
+ARGUMENTS_KEY = re.compile(r'"(?:arguments|parameters)"\s*:')
+CALL_KEY = re.compile(r'"(?:tool_calls|function)"\s*:')
+# Arguments are JSON values: at most this deep and this many values in all (hostile actions must not
+# exhaust the stack or the time of step()).
+MAX_ARGUMENT_DEPTH = 32
+MAX_ARGUMENT_VALUES = 10_000
 
 
 class ActionParseError(ValueError):
@@ -51,7 +55,16 @@ class AssistantTurn:
 
 
 def parse_action(action: Any) -> AssistantTurn:
-    """Parse one assistant action. Raises :class:`ActionParseError` when it cannot be read."""
+    """Parse one assistant action. Raises :class:`ActionParseError` (and nothing else) when it cannot be read."""
+    try:
+        return _parse_action(action)
+    except ActionParseError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any Python value may arrive; none may escape as another error
+        raise ActionParseError(f"the action could not be read ({type(err).__name__})") from None
+
+
+def _parse_action(action: Any) -> AssistantTurn:
     if isinstance(action, dict):
         return _parse_message_dict(action)
     if isinstance(action, str):
@@ -65,7 +78,8 @@ def _parse_message_dict(message: dict) -> AssistantTurn:
     unknown = set(message) - {"role", "content", "tool_calls", "reasoning_content", "name"}
     if unknown:
         raise ActionParseError(
-            f"unexpected keys {sorted(unknown)} in the action dict; expected 'content' and 'tool_calls'"
+            f"unexpected keys {sorted(map(repr, unknown))[:5]} in the action dict; expected 'content' and "
+            "'tool_calls'"
         )
     if message.get("role", "assistant") != "assistant":
         raise ActionParseError(f"an action must be an assistant message, got role {message['role']!r}")
@@ -108,7 +122,12 @@ def _parse_text(text: str) -> AssistantTurn:
 
 
 def _looks_like_call(text: str) -> bool:
-    return bool(CALL_SHAPE.search(text))
+    if CALL_KEY.search(text):
+        return True
+    names = [m.start() for m in NAME_KEY.finditer(text)]
+    arguments = [m.start() for m in ARGUMENTS_KEY.finditer(text)]
+    # Both keys present, in either order (a "name" before some "arguments", or the other way round).
+    return bool(names and arguments)
 
 
 def _strip(text: str) -> str:
@@ -154,6 +173,9 @@ def _decode_arguments(arguments: Any, where: str, name: str) -> dict[str, Any]:
     # Models emit arguments as an object, a JSON string, or a JSON string inside a JSON string.
     for _ in range(3):
         if isinstance(arguments, dict):
+            problem = json_value_problem(arguments)
+            if problem:
+                raise ActionParseError(f"{where}: arguments of {name!r} are not JSON: {problem}")
             return arguments
         if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
             return {}
@@ -163,6 +185,37 @@ def _decode_arguments(arguments: Any, where: str, name: str) -> dict[str, Any]:
     raise ActionParseError(
         f"{where}: arguments of {name!r} must be a JSON object, got {type(arguments).__name__}"
     )
+
+
+def json_value_problem(value: Any) -> str | None:
+    """Why ``value`` is not plain JSON data (dicts with string keys, lists, strings, finite numbers, booleans,
+    null) within the depth and size limits; ``None`` when it is. Iterative, so hostile nesting cannot raise."""
+    stack: list[tuple[Any, str, int]] = [(value, "arguments", 0)]
+    seen = 0
+    while stack:
+        item, where, depth = stack.pop()
+        seen += 1
+        if seen > MAX_ARGUMENT_VALUES:
+            return f"more than {MAX_ARGUMENT_VALUES} values"
+        if depth > MAX_ARGUMENT_DEPTH:
+            return f"nested deeper than {MAX_ARGUMENT_DEPTH} levels at {where}"
+        if item is None or isinstance(item, bool | str):
+            continue
+        if isinstance(item, int | float):
+            if isinstance(item, float) and item != item or item in (float("inf"), float("-inf")):
+                return f"{where} is not a finite number"
+            continue
+        if isinstance(item, dict):
+            for key, sub in item.items():
+                if not isinstance(key, str):
+                    return f"{where} has a {type(key).__name__} key; JSON keys are strings"
+                stack.append((sub, f"{where}.{key}"[:200], depth + 1))
+            continue
+        if isinstance(item, list):
+            stack.extend((sub, f"{where}[{i}]"[:200], depth + 1) for i, sub in enumerate(item))
+            continue
+        return f"{where} is a {type(item).__name__}, not a JSON value"
+    return None
 
 
 def format_tool_call(name: str, arguments: dict[str, Any]) -> str:

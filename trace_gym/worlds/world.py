@@ -52,8 +52,11 @@ def clone(value: Any) -> Any:
 
 
 def state_hash(state: State) -> str:
-    """SHA-256 of the canonical JSON of a state, for final-state checks."""
-    return hashlib.sha256(canonical_json(state).encode()).hexdigest()
+    """SHA-256 of the canonical JSON of a state, for final-state checks.
+
+    ``surrogatepass``: a tool may store any string an agent sent, lone surrogates (``"\\udc80"``) included;
+    the hash must not fail on them (valid UTF-8 text encodes as before)."""
+    return hashlib.sha256(canonical_json(state).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class World:

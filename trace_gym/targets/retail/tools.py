@@ -308,12 +308,25 @@ def _params(**properties: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _str(description: str) -> dict[str, Any]:
-    return {"type": "string", "description": description}
+# Length limits of arguments: generous for any real value, small enough that a hostile call cannot make a
+# tool store (and every later step copy and hash) megabytes.
+MAX_STRING = 200
+MAX_TEXT = 4000  # messages to the user and transfer summaries
+MAX_ITEMS = 20
+
+
+def _str(description: str, max_length: int = MAX_STRING) -> dict[str, Any]:
+    return {"type": "string", "maxLength": max_length, "description": description}
 
 
 def _ids(description: str) -> dict[str, Any]:
-    return {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": description}
+    return {
+        "type": "array",
+        "items": {"type": "string", "maxLength": MAX_STRING},
+        "minItems": 1,
+        "maxItems": MAX_ITEMS,
+        "description": description,
+    }
 
 
 ORDER_ID = _str("The order id, with its '#', e.g. '#W0123456'.")
@@ -479,14 +492,14 @@ def make_tools() -> list[Tool]:
             "transfer_to_human_agents",
             "Transfer the user to a human agent, with a summary of the issue. Only for requests that no tool "
             "can handle. Ends the conversation.",
-            _params(summary=_str("A summary of the user's issue for the human agent.")),
+            _params(summary=_str("A summary of the user's issue for the human agent.", MAX_TEXT)),
             transfer_to_human_agents,
             kind="transfer",
         ),
         Tool(
             "respond_to_user",
             "Send a message to the user (the same as answering in plain text).",
-            _params(message=_str("The message to the user.")),
+            _params(message=_str("The message to the user.", MAX_TEXT)),
             respond_to_user,
             kind="reply",
         ),
