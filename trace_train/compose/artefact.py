@@ -73,7 +73,9 @@ def adapter_dir(path: str | os.PathLike) -> Path:
     for candidate in (p, p / "adapter"):
         if (candidate / "adapter_config.json").is_file():
             return candidate
-    raise FileNotFoundError(f"{path} is not a PEFT adapter directory (no adapter_config.json) nor a run with adapter/")
+    raise FileNotFoundError(
+        f"{path} is not a PEFT adapter directory (no adapter_config.json) nor a run with adapter/"
+    )
 
 
 def _adapter_config(path: Path) -> dict[str, Any]:
@@ -86,7 +88,9 @@ def _adapter_config(path: Path) -> dict[str, Any]:
     if cfg.get("use_dora"):
         raise CompositionError(f"{path}: DoRA adapters are not supported (their update is not a pure B·A)")
     if cfg.get("bias", "none") != "none" or cfg.get("modules_to_save"):
-        raise CompositionError(f"{path}: adapters that train biases or whole modules cannot be routed per token")
+        raise CompositionError(
+            f"{path}: adapters that train biases or whole modules cannot be routed per token"
+        )
     return cfg
 
 
@@ -107,7 +111,10 @@ def _same_base(recorded: str | None, base_path: str | None) -> bool | None:
     wa, wb = sorted(a.glob("*.safetensors")), sorted(b.glob("*.safetensors"))
     if [w.name for w in wa] != [w.name for w in wb] or not wa:
         return False
-    return all(x.stat().st_size == y.stat().st_size and sha256_file(x) == sha256_file(y) for x, y in zip(wa, wb))
+    return all(
+        x.stat().st_size == y.stat().st_size and sha256_file(x) == sha256_file(y)
+        for x, y in zip(wa, wb, strict=True)
+    )
 
 
 def check_adapters(adapters: Sequence[AdapterSpec], base_path: str | None) -> list[dict[str, Any]]:
@@ -147,7 +154,9 @@ def read_lora_weights(
         for spec in adapters[1:]:
             peft_model.load_adapter(spec.path, adapter_name=spec.name)
     except (RuntimeError, ValueError, KeyError) as e:
-        raise CompositionError(f"an adapter does not fit this base model ({type(e).__name__}: {e})"[:2000]) from e
+        raise CompositionError(
+            f"an adapter does not fit this base model ({type(e).__name__}: {e})"[:2000]
+        ) from e
     weights: dict[str, list[tuple[torch.Tensor, torch.Tensor, float]]] = {}
     inner = peft_model.base_model.model
     for module_name, module in inner.named_modules():
@@ -157,7 +166,11 @@ def read_lora_weights(
         if missing:
             raise CompositionError(f"adapters {missing} have no LoRA on {module_name}: other target modules")
         weights[module_name] = [
-            (module.lora_A[n].weight.detach().clone(), module.lora_B[n].weight.detach().clone(), module.scaling[n])
+            (
+                module.lora_A[n].weight.detach().clone(),
+                module.lora_B[n].weight.detach().clone(),
+                module.scaling[n],
+            )
             for n in names
         ]
     peft_model.unload()  # puts the original Linear modules back into ``model``
@@ -165,7 +178,10 @@ def read_lora_weights(
 
 
 def build_composition(
-    model: PreTrainedModel, adapters: Sequence[AdapterSpec], base_path: str | None = None, base_bias: float = 1.0
+    model: PreTrainedModel,
+    adapters: Sequence[AdapterSpec],
+    base_path: str | None = None,
+    base_bias: float = 1.0,
 ) -> Composition:
     """Check the adapters, load them and install gates + routed linears in ``model``."""
     adapters = [AdapterSpec(**{**asdict(a), "path": str(adapter_dir(a.path))}) for a in adapters]
@@ -219,7 +235,7 @@ def save_composition(
             "sha256": sha256_file(out / "gates.safetensors"),
             "layers": len(composition.gates),
             "hidden_size": gate0.in_features,
-            "base_bias": float(gate0.bias[0].detach()),
+            "base_bias": composition.gates[0].base_bias,  # initial value; trained ones are in the file
         },
         "training": training or {},
     }
@@ -273,9 +289,16 @@ def load_composition(
     base_name = model or manifest["base"]["model"]
     base, tokenizer = load_model(base_name, dtype=dtype or manifest["base"].get("dtype", "float32"))
     if base_fingerprint(base) != manifest["base"]["fingerprint"]:
-        raise CompositionError(f"{base_name} is not the base this composition was built on ({manifest['base']})")
+        raise CompositionError(
+            f"{base_name} is not the base this composition was built on ({manifest['base']})"
+        )
     specs = [
-        AdapterSpec(**{**{k: e.get(k) for k in ("name", "env_id", "capability", "description")}, "path": str(root / e["path"])})
+        AdapterSpec(
+            **{
+                **{k: e.get(k) for k in ("name", "env_id", "capability", "description")},
+                "path": str(root / e["path"]),
+            }
+        )
         for e in manifest["adapters"]
     ]
     composition = build_composition(

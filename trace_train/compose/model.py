@@ -70,6 +70,7 @@ class LayerGate(nn.Module):
             self.proj.bias.zero_()
             self.proj.bias[BASE_SLOT] = base_bias
         self.num_slots = num_slots
+        self.base_bias = base_bias
         self.force: int | None = None  # route every token to this slot (adapter k alone, baselines, tests)
         self.dense = False  # compute every adapter and mix by the gate's softmax (benchmark reference)
         self.record: list[torch.Tensor] | None = None  # when a list, logits of each forward are appended
@@ -176,7 +177,9 @@ def decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
     for name, module in model.named_modules():
         if isinstance(module, nn.ModuleList) and len(module) == n and name.endswith("layers"):
             return name, module
-    raise CompositionError(f"cannot find the decoder layers of {type(model).__name__} (a 'layers' ModuleList)")
+    raise CompositionError(
+        f"cannot find the decoder layers of {type(model).__name__} (a 'layers' ModuleList)"
+    )
 
 
 def _hidden_of(args: tuple, kwargs: dict) -> torch.Tensor:
@@ -190,7 +193,9 @@ class Composition:
     move with ``model.to`` and appear in its state dict); everything else in the model is frozen.
     """
 
-    def __init__(self, model: nn.Module, names: list[str], gates: nn.ModuleList, routed: dict[str, RoutedLoRALinear]):
+    def __init__(
+        self, model: nn.Module, names: list[str], gates: nn.ModuleList, routed: dict[str, RoutedLoRALinear]
+    ):
         self.model = model
         self.names = list(names)
         self.gates = gates
@@ -286,13 +291,19 @@ def compose_lora_weights(
     for module_name, per_adapter in sorted(weights.items()):
         prefix = layers_name + "."
         if not module_name.startswith(prefix):
-            raise CompositionError(f"LoRA on {module_name} is outside the decoder layers; only layer linears route")
+            raise CompositionError(
+                f"LoRA on {module_name} is outside the decoder layers; only layer linears route"
+            )
         layer_index = int(module_name[len(prefix) :].split(".", 1)[0])
         base = modules.get(module_name)
         if not isinstance(base, nn.Linear):
-            raise CompositionError(f"{module_name} is not a Linear in this base model ({type(base).__name__})")
+            raise CompositionError(
+                f"{module_name} is not a Linear in this base model ({type(base).__name__})"
+            )
         if len(per_adapter) != len(names):
-            raise CompositionError(f"{module_name}: {len(per_adapter)} LoRA updates for {len(names)} adapters")
+            raise CompositionError(
+                f"{module_name}: {len(per_adapter)} LoRA updates for {len(names)} adapters"
+            )
         a_list, b_list, scales = [], [], []
         for name, (a, b, s) in zip(names, per_adapter, strict=True):
             if a.shape[1] != base.in_features or b.shape[0] != base.out_features or a.shape[0] != b.shape[1]:

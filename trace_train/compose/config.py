@@ -1,0 +1,41 @@
+"""Argument dataclasses of ``trace compose`` and ``trace compare`` (no heavy imports: ``--help`` stays fast)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ComposeArgs:
+    adapters: list[str]  # PEFT adapter dirs (or `trace train` run dirs), one per capability
+    envs: list[str]  # the capability env each adapter was trained on (same order); gate data comes from it
+    out: str = "runs/compose"
+    model: str = "smollm2-135m"
+    names: list[str] = field(default_factory=list)  # slot names; default: the env ids' names
+    dtype: str = "float32"
+    seed: int = 0
+    # gate-training data
+    episodes_per_env: int = 32  # rollouts of each adapter on its env (successes are kept)
+    base_episodes_per_env: int = 8  # base rollouts per env, labelled slot 0
+    min_reward: float = 1.0  # an adapter episode counts as a success from this reward
+    temperature: float = 1.0
+    max_new_tokens: int = 128
+    max_turns: int = 6
+    max_total_tokens: int = 8192
+    rollout_batch_size: int = 16
+    # optimisation (only the gates train)
+    steps: int = 200
+    batch_size: int = 4
+    lr: float = 1e-3
+    max_grad_norm: float = 1.0
+    label_weight: float = 1.0  # gate cross-entropy against the token labels
+    lm_weight: float = 1.0  # next-token loss of successful episodes through the routed model
+    balance_weight: float = 0.01  # Switch load-balancing term
+    base_bias: float = 1.0  # initial slot-0 bias of every gate (routing starts at the base)
+    save_every: int = 50
+    resume: bool = False  # continue from OUT/checkpoints/latest (data from OUT/gate_data.pt)
+    tensorboard: bool = True
+
+
+# Settings that must match for a resume to be meaningful.
+RESUME_KEYS = ("adapters", "envs", "model", "names", "dtype", "seed", "batch_size", "base_bias")

@@ -1,0 +1,123 @@
+"""Gate-training data: rollouts of each adapter on its own capability env, labelled token by token.
+
+For adapter k (slot k) the composed model is forced to slot k, which is exactly adapter k (see
+``model.py``), and rolled out on env k's train split; successful episodes (reward >= ``min_reward``) are kept.
+The base (slot 0) is rolled out on the same envs and its generated text is labelled 0: it teaches the gates
+when *not* to deviate from the base.
+
+Labels sit on the position that *produces* a token: the gate of position j decides how the model computes
+the distribution of token j+1, so if token j+1 was generated under slot k, position j gets label k.
+Prompt and env tokens carry no label (they only give context). The LM loss covers generated tokens of
+successful episodes only (a failing base reply is a routing example, not something to imitate).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from trace_train.compose.losses import IGNORE
+from trace_train.compose.model import Composition
+from trace_train.envs import make_env, reset_seed
+from trace_train.policies.base import SamplingConfig
+from trace_train.policies.hf import HFPolicy
+from trace_train.rollout import ResetSpec, Trajectory, collect
+
+
+@dataclass
+class GateExample:
+    input_ids: list[int]
+    gate_labels: list[int]  # slot per position, IGNORE where none
+    lm_mask: list[int]  # 1 where the LM loss predicts this token
+    slot: int
+    env_id: str
+    reward: float
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+def label_trajectory(traj: Trajectory, slot: int, env_id: str, lm: bool) -> GateExample:
+    ids, mask = traj.training_ids()
+    labels = [IGNORE] * len(ids)
+    for j in range(len(ids) - 1):
+        if mask[j + 1]:
+            labels[j] = slot
+    return GateExample(
+        input_ids=list(ids),
+        gate_labels=labels,
+        lm_mask=list(mask) if lm else [0] * len(ids),
+        slot=slot,
+        env_id=env_id,
+        reward=traj.reward,
+    )
+
+
+@dataclass
+class CollectionReport:
+    per_slot: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def add(self, name: str, trajs: list[Trajectory], kept: int) -> None:
+        rewards = [t.reward for t in trajs]
+        self.per_slot[name] = {
+            "episodes": len(trajs),
+            "kept": kept,
+            "success_rate": sum(r >= 1.0 for r in rewards) / max(1, len(rewards)),
+            "reward_mean": sum(rewards) / max(1, len(rewards)),
+        }
+
+
+def _rollouts(
+    policy: HFPolicy, env_id: str, episodes: int, first_index: int, sampling: SamplingConfig, args: Any
+) -> list[Trajectory]:
+    trajs: list[Trajectory] = []
+    envs = [make_env(env_id) for _ in range(min(args.rollout_batch_size, episodes))]
+    try:
+        for b in range(0, episodes, len(envs)):
+            n = min(len(envs), episodes - b)
+            specs = [
+                ResetSpec(seed=reset_seed("train", first_index + b + i, envs[0]), group=b + i, split="train")
+                for i in range(n)
+            ]
+            trajs += collect(policy, envs[:n], specs, sampling, args.max_turns, args.max_total_tokens)
+    finally:
+        for env in envs:
+            env.close()
+    return trajs
+
+
+def collect_gate_data(
+    composition: Composition, tokenizer: Any, env_ids: list[str], args: Any
+) -> tuple[list[GateExample], CollectionReport]:
+    """Labelled examples for every adapter (slot k on ``env_ids[k-1]``) plus base text (slot 0)."""
+    if len(env_ids) != len(composition.names):
+        raise ValueError(
+            f"{len(env_ids)} envs for {len(composition.names)} adapters: give one env per adapter"
+        )
+    policy = HFPolicy(composition.model, tokenizer, name="compose-data")
+    sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    examples: list[GateExample] = []
+    report = CollectionReport()
+    torch.manual_seed(args.seed)
+    for k, env_id in enumerate(env_ids, start=1):
+        with composition.forced(k):
+            trajs = _rollouts(policy, env_id, args.episodes_per_env, 0, sampling, args)
+        good = [t for t in trajs if t.reward >= args.min_reward and t.generated_tokens]
+        examples += [label_trajectory(t, k, env_id, lm=True) for t in good]
+        report.add(composition.names[k - 1], trajs, len(good))
+        if args.base_episodes_per_env:
+            with composition.forced(0):
+                base = _rollouts(
+                    policy, env_id, args.base_episodes_per_env, args.episodes_per_env, sampling, args
+                )
+            kept = [t for t in base if t.generated_tokens]
+            examples += [label_trajectory(t, 0, env_id, lm=t.reward >= args.min_reward) for t in kept]
+            report.add(f"base@{env_id}", base, len(kept))
+    if not any(e.slot for e in examples):
+        raise RuntimeError(
+            "no adapter produced a successful episode on its own env "
+            f"(min_reward {args.min_reward}): {report.per_slot}; lower --min-reward or train the adapters longer"
+        )
+    return examples, report

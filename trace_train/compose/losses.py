@@ -1,0 +1,51 @@
+"""Gate-training losses: label cross-entropy, next-token LM loss, Switch-style load balancing.
+
+All gate tensors are the per-layer logits recorded during one forward (``T x (N+1)`` each, T = batch x
+sequence, flattened in the same order as the labels).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+IGNORE = -100
+
+
+def label_loss(gate_logits: list[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+    """Mean over layers of the cross-entropy between each token's gate and its slot label (IGNORE skipped)."""
+    labels = labels.reshape(-1)
+    if not (labels != IGNORE).any():
+        return gate_logits[0].sum() * 0.0
+    return torch.stack([F.cross_entropy(lg, labels, ignore_index=IGNORE) for lg in gate_logits]).mean()
+
+
+def balance_loss(gate_logits: list[torch.Tensor], valid: torch.Tensor) -> torch.Tensor:
+    """Switch Transformer load balancing, averaged over layers: ``S * sum_i f_i * P_i``.
+
+    f_i is the share of (valid) tokens whose top-1 slot is i and P_i the mean gate probability of slot i;
+    the value is 1 when routing is uniform over the S slots and S when everything goes to one slot. Only P
+    carries a gradient (f comes from an argmax).
+    """
+    valid = valid.reshape(-1).bool()
+    losses = []
+    for logits in gate_logits:
+        lg = logits[valid]
+        slots = lg.shape[-1]
+        if lg.shape[0] == 0:
+            losses.append(logits.sum() * 0.0)
+            continue
+        frac = torch.bincount(lg.argmax(-1), minlength=slots).to(lg.dtype) / lg.shape[0]
+        prob = lg.softmax(-1).mean(0)
+        losses.append(slots * (frac * prob).sum())
+    return torch.stack(losses).mean()
+
+
+def lm_loss(logits: torch.Tensor, input_ids: torch.Tensor, target_mask: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy on the tokens where ``target_mask`` is 1 (``logits[:, t]`` predicts ``t+1``)."""
+    targets = input_ids[:, 1:].masked_fill(target_mask[:, 1:] == 0, IGNORE)
+    if not (targets != IGNORE).any():
+        return logits.sum() * 0.0
+    return F.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE
+    )
