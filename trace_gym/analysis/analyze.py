@@ -29,7 +29,7 @@ from trace_gym.analysis import aggregate
 from trace_gym.analysis.aggregate import LACKING, CapabilityResult, RunStats, cohen_kappa, run_stats, select
 from trace_gym.analysis.capabilities import describe
 from trace_gym.analysis.labels import LabelTable, requirement_labels
-from trace_gym.analysis.rollouts import TRAJECTORIES, RolloutError, TestSplitError, read_trajectories
+from trace_gym.analysis.rollouts import TRAJECTORIES, RolloutError, SplitRefusedError, read_trajectories
 from trace_gym.analysis.selection import build_selection
 
 LABELLERS = ("requirements", "llm", "both")
@@ -91,7 +91,7 @@ def load_records(paths: Sequence[str | os.PathLike]) -> tuple[list[dict[str, Any
         for record in read_trajectories(path):
             where = f"{path}:{record['_line']}"
             if record.get("split", "train") != "train":
-                raise TestSplitError(
+                raise SplitRefusedError(
                     f"{where} is a {record.get('split')!r}-split trajectory: analysis never looks at test-split tasks"
                 )
             key = (str(record.get("env_id")), int(record["seed"]))

@@ -42,17 +42,17 @@ class RolloutError(ValueError):
     """Bad arguments or a file that cannot be continued; the message says which and why."""
 
 
-class TestSplitError(RolloutError):
+class SplitRefusedError(RolloutError):
     """The analysis was asked to look at test-split tasks."""
 
 
 def refuse_test_split(split: str, what: str = "trace rollout") -> None:
-    """Raise :class:`TestSplitError` unless ``split`` is the train split."""
+    """Raise :class:`SplitRefusedError` unless ``split`` is the train split."""
     guard = _shared_guard()
     if guard is not None:
         guard(split)
     if split != "train":
-        raise TestSplitError(
+        raise SplitRefusedError(
             f"{what} works on the train split only, got split={split!r}: capability analysis must never "
             "see test-split tasks (they are the held-out evaluation set of the trained agent)"
         )
@@ -272,7 +272,9 @@ def run_header(args: RolloutArgs) -> dict[str, Any]:
 def _check_resumable(existing: list[dict[str, Any]], header: dict[str, Any], path: Path) -> None:
     for record in existing:
         if record.get("split") != "train":
-            raise TestSplitError(f"{path}:{record['_line']} holds a {record.get('split')!r}-split trajectory")
+            raise SplitRefusedError(
+                f"{path}:{record['_line']} holds a {record.get('split')!r}-split trajectory"
+            )
         run = record.get("run") or {}
         diff = [k for k in RESUME_KEYS if run.get(k) != header[k]]
         if diff:
