@@ -23,7 +23,9 @@ Termination
 Options of ``reset``
     ``hint`` (bool): expert advice appended to the system prompt; ``info["base_system_prompt"]`` is the prompt
     without it. ``split`` (``"train"``/``"test"``): the seed indexes that split's disjoint range (see
-    :data:`SPLITS`). ``difficulty`` (int): overrides the constructor's level for this episode.
+    :data:`SPLITS`). Envs with ``content_split = True`` also keep only instances whose :meth:`task_key`
+    hashes to that split (without the option: the split of the seed's range), so no test task occurs in the
+    train split for any seed (:mod:`trace_gym.core.splits`). ``difficulty`` (int): overrides the constructor's level for this episode.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import numpy as np
 
 from trace_gym.core.parsing import ActionParseError, AssistantTurn, parse_action
 from trace_gym.core.spaces import AssistantTurnSpace, ChatObservationSpace
+from trace_gym.core.splits import TEST_SHARE, draw_in_split
 from trace_gym.worlds.tools import State, Tool
 from trace_gym.worlds.user import UserSimulator
 from trace_gym.worlds.world import InvalidKind, World, canonical_json
@@ -48,6 +51,12 @@ Label = Literal["PRESENT", "LACKING"]
 
 # Disjoint seed ranges: with options={"split": name}, seed i is instance seed start + i, 0 <= i < size.
 SPLITS: dict[str, tuple[int, int]] = {"train": (0, 1_000_000), "test": (1_000_000, 100_000)}
+
+
+def split_of_seed(seed: int | None) -> str:
+    """The split whose seed range holds an absolute ``seed`` (``"train"`` for ``None`` and any other seed)."""
+    test_start, test_size = SPLITS["test"]
+    return "test" if seed is not None and test_start <= seed < test_start + test_size else "train"
 
 
 def split_seed(seed: int | None, split: str | None) -> int | None:
@@ -101,6 +110,10 @@ class ChatToolEnv(gym.Env[list, Any]):
     capability: ClassVar[str] = ""
     description: ClassVar[str] = ""
     supports_splits: ClassVar[bool] = True  # reset(options={"split": ...}) takes split-relative seeds
+    # Opt-in content split (trace_gym.core.splits): no test task key ever occurs in the train split.
+    # Off here so that existing envs keep their instances (golden hashes); new envs should turn it on.
+    content_split: ClassVar[bool] = False
+    test_share: ClassVar[float] = TEST_SHARE
     difficulty_levels: ClassVar[tuple[int, ...]] = (1,)
     default_difficulty: ClassVar[int] = 1
 
@@ -160,11 +173,11 @@ class ChatToolEnv(gym.Env[list, Any]):
         unknown = set(options) - {"hint", "split", "difficulty"}
         if unknown:
             raise ValueError(f"unknown reset options {sorted(unknown)}; known: hint, split, difficulty")
-        seed = split_seed(seed, options.get("split"))
+        split = options.get("split")
+        seed = split_seed(seed, split)
         super().reset(seed=seed)
         self.episode_difficulty = self._check_difficulty(options.get("difficulty", self.difficulty))
-        episode = self._new_episode(self.np_random, self.episode_difficulty)
-        self.episode = episode
+        episode = self._draw_episode(split or split_of_seed(seed))
         self.world = World(self.domain_tools, episode.state)
         self.action_space.set_value_pool(episode.value_pool)
         system = episode.system_prompt
@@ -236,7 +249,25 @@ class ChatToolEnv(gym.Env[list, Any]):
             raise RuntimeError("call reset() before render_instance()")
         return canonical_json(self.episode.instance)
 
+    def task_key(self) -> str:
+        """The current task's canonical key for content splits (see :mod:`trace_gym.core.splits`): two
+        instances with one key are the same task. Default: the rendered instance; override to leave out
+        what does not change the task (names, wording)."""
+        return self.render_instance()
+
     # ---- internals ------------------------------------------------------------------------------------------
+    def _draw_episode(self, split: str) -> Episode:
+        """Draw an instance from ``np_random``; with ``content_split``, redraw until its key is in ``split``."""
+
+        def draw() -> Episode:
+            self.episode = self._new_episode(self.np_random, self.episode_difficulty)
+            return self.episode
+
+        if not self.content_split:
+            return draw()
+        episode, _ = draw_in_split(draw, lambda _e: self.task_key(), split, self.test_share)
+        return episode
+
     def _run_tools(self, turn: AssistantTurn) -> tuple[InvalidKind | None, bool]:
         assert self.world is not None
         calls = []
