@@ -102,7 +102,9 @@ def _odd_actions(name: str) -> list:
         found.append({"content": value, "tool_calls": []})
         found.append(value)
     # A lone surrogate inside a written value: stored by the tool, hashed at the end of the episode.
-    found.append(f'<tool_call>{{"name": "{name}", "arguments": {{"message": "\\udc80", "summary": "\\udc80"}}}}</tool_call>')
+    found.append(
+        f'<tool_call>{{"name": "{name}", "arguments": {{"message": "\\udc80", "summary": "\\udc80"}}}}</tool_call>'
+    )
     return found
 
 
@@ -117,7 +119,9 @@ def test_step_never_raises_on_any_python_value_up_to_the_episode_end():
                 assert env.observation_space.contains(obs)
                 if terminated or truncated:
                     env.reset(seed=0)
-        env.max_turns = getattr(env, "turn", 0) + 1  # the next step ends the episode: the verifier hashes the final state
+        env.max_turns = (
+            getattr(env, "turn", 0) + 1
+        )  # the next step ends the episode: the verifier hashes the final state
         for action in ("\udc80", {"content": "\udc80"}):
             _, reward, terminated, truncated, _ = env.step(action)
             assert 0.0 <= reward <= 1.0

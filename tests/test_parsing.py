@@ -98,14 +98,13 @@ def test_malformed_actions_raise_a_message_that_names_the_problem(action, fragme
 
 
 def test_parsing_runs_in_linear_time():
+    import contextlib
     import time
 
     for text in ('{"name": 1, ' * 30_000 + '"arguments": 2}', '"name": ' * 40_000, "```json\n" * 40_000):
         start = time.perf_counter()
-        try:
+        with contextlib.suppress(ActionParseError):
             parse_action(text)
-        except ActionParseError:
-            pass
         assert time.perf_counter() - start < 1.0, text[:40]
 
 

@@ -81,7 +81,9 @@ def test_calculate_errors(world, expression, message):
 def test_every_string_argument_has_a_length_limit():
     for tool in make_tools():
         for name, schema in tool.parameters["properties"].items():
-            limited = schema.get("maxLength") or schema.get("enum") or schema.get("items", {}).get("maxLength")
+            limited = (
+                schema.get("maxLength") or schema.get("enum") or schema.get("items", {}).get("maxLength")
+            )
             assert limited, f"{tool.name}.{name} has no length limit"
 
 
