@@ -20,13 +20,13 @@ console = Console()
 
 
 def cmd_rollout(ns: argparse.Namespace) -> int:
-    from trace_gym.analysis.rollouts import RolloutArgs, RolloutError, rollout
+    from trace_gym.analysis.rollouts import RolloutArgs, rollout
 
     args = RolloutArgs(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(RolloutArgs)})
     try:
         with console.status(f"rolling out {args.model} on {args.env_id}") as status:
             summary = rollout(args, lambda done, total: status.update(f"{done}/{total} episodes written"))
-    except (RolloutError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError) as err:  # RolloutError and bad arguments
         print(f"error: {err}", file=sys.stderr)
         return 2
     rate = summary.passed / summary.written if summary.written else 0.0
@@ -40,17 +40,20 @@ def cmd_rollout(ns: argparse.Namespace) -> int:
 
 def cmd_analyze(ns: argparse.Namespace) -> int:
     from trace_gym.analysis.analyze import AnalyzeArgs, analyze
-    from trace_gym.analysis.labels import LabellingError
     from trace_gym.analysis.report import table_rows
-    from trace_gym.analysis.rollouts import RolloutError
-    from trace_gym.analysis.selection import SelectionError
+    from trace_gym.llm_agent import LLMAgentError
     from trace_gym.openai_client import OpenAIError
 
     args = AnalyzeArgs(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(AnalyzeArgs)})
     try:
         with console.status("analysing") as status:
             result = analyze(args, lambda stage, done, total: status.update(f"{stage}: {done}/{total}"))
-    except (RolloutError, LabellingError, SelectionError, OpenAIError, FileNotFoundError) as err:
+    except (
+        ValueError,
+        OpenAIError,
+        LLMAgentError,
+        FileNotFoundError,
+    ) as err:  # RolloutError, LabellingError, ...
         print(f"error: {err}", file=sys.stderr)
         return 2
     t = result.selection["target"]
@@ -64,7 +67,7 @@ def cmd_analyze(ns: argparse.Namespace) -> int:
         table.add_column(column, justify="left" if column == "capability" else "right", no_wrap=True)
     for row in rows:
         table.add_row(*row)
-    console.print(table)
+    Console(width=max(130, console.width)).print(table)  # wide enough for every column, also in a pipe
     console.print(
         "stage times: " + ", ".join(f"{k} {v:.2f} s" for k, v in result.timings.items()), markup=False
     )
