@@ -1,12 +1,21 @@
 """Batched multi-turn rollouts with token ids kept end to end.
 
-Every turn, all unfinished conversations go through one left-padded, KV-cached ``generate`` call. The
-trajectory's ids are the initial prompt, then for each turn the generated ids exactly as sampled (mask 1),
+Every turn, all unfinished conversations go through one batched generation call of an engine:
+
+- ``cached`` (default, :mod:`trace_train.engine`): one KV cache per conversation kept across turns and a shared
+  system/tools prefix prefilled once, so a turn prefills only the env's new tokens;
+- ``simple``: one left-padded ``generate`` call per turn that re-prefills every whole conversation;
+- or any ``generator`` callable (a vLLM server, SFT's teacher).
+
+The trajectory's ids are the initial prompt, then for each turn the generated ids exactly as sampled (mask 1),
 then the env's reply tokenised as a delta (mask 0). Nothing the policy generated is ever re-tokenised.
+``sampler_logprobs`` holds the sampler's log-prob of each generated token (0.0 on env tokens, NaN where the
+generator did not report one).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +50,9 @@ class Trajectory:
     spec: ResetSpec
     token_ids: list[int] = field(default_factory=list)
     policy_mask: list[int] = field(default_factory=list)  # 1 where the policy generated the token
+    # the sampler's log-prob of each policy token at the sampling temperature (after top-k/top-p), aligned with
+    # token_ids; 0.0 where policy_mask is 0, NaN where the generator reported none (SFT teacher, some servers)
+    sampler_logprobs: list[float] = field(default_factory=list)
     system_len: int = 0  # tokens of the system segment at the start of token_ids
     base_system_ids: list[int] | None = None  # the un-hinted system segment (hint rollouts only)
     messages: Conversation = field(default_factory=list)
@@ -64,6 +76,12 @@ class Trajectory:
         mask = [0] * len(self.base_system_ids) + self.policy_mask[self.system_len :]
         return ids, mask
 
+    def training_sampler_logprobs(self) -> list[float]:
+        """``sampler_logprobs`` aligned with :meth:`training_ids` (the swapped system segment gets 0.0)."""
+        if self.base_system_ids is None:
+            return self.sampler_logprobs
+        return [0.0] * len(self.base_system_ids) + self.sampler_logprobs[self.system_len :]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "seed": self.spec.seed,
@@ -82,8 +100,17 @@ class Trajectory:
         }
 
 
-# generate(prompts, active trajectory indices, turn) -> new ids per prompt
-Generator = Callable[[list[list[int]], list[int], int], list[list[int]]]
+# generate(prompts, active trajectory indices, turn) -> new ids per prompt, or (new ids, their log-probs)
+GeneratorOutput = list[list[int]] | tuple[list[list[int]], list[list[float]]]
+Generator = Callable[[list[list[int]], list[int], int], GeneratorOutput]
+ENGINES = ("cached", "simple")
+
+
+def _split_output(out: GeneratorOutput, n: int) -> tuple[list[list[int]], list[list[float]] | None]:
+    if isinstance(out, tuple):
+        ids, logprobs = out
+        return ids, (logprobs if logprobs else None)
+    return out, None
 
 
 @dataclass
@@ -103,13 +130,18 @@ def collect(
     max_total_tokens: int = 4096,
     generator: Generator | None = None,
     stats: RolloutStats | None = None,
+    engine: str | None = None,
 ) -> list[Trajectory]:
-    """Run one episode per (env, spec) pair, batching generation across all unfinished episodes."""
+    """Run one episode per (env, spec) pair, batching generation across all unfinished episodes.
+
+    ``engine``: ``cached`` or ``simple`` (default: the policy's ``engine`` attribute, else ``cached``); ignored
+    when a ``generator`` is given.
+    """
     if len(envs) != len(specs):
         raise ValueError("one env per reset spec")
     renderer = policy.renderer
     stats = stats if stats is not None else RolloutStats()
-    gen = generator or (lambda prompts, _idx, _turn: policy.generate_ids(prompts, sampling))
+    gen = generator or _engine_generator(policy, sampling, engine or getattr(policy, "engine", "cached"))
     trajs: list[Trajectory] = []
     tools: list[list[dict[str, Any]]] = []
     for env, spec in zip(envs, specs, strict=True):
@@ -117,7 +149,10 @@ def collect(
         conv = as_conversation(obs)
         env_tools = tools_of(env, info)
         head, rest = renderer.prompt_segments(conv, env_tools)
-        traj = Trajectory(spec=spec, token_ids=head + rest, policy_mask=[0] * (len(head) + len(rest)))
+        n_prompt = len(head) + len(rest)
+        traj = Trajectory(
+            spec=spec, token_ids=head + rest, policy_mask=[0] * n_prompt, sampler_logprobs=[0.0] * n_prompt
+        )
         traj.system_len, traj.messages = len(head), conv
         base = info.get("base_system_prompt")
         is_hinted = conv and conv[0].get("role") == "system" and conv[0].get("content") != base
@@ -130,15 +165,23 @@ def collect(
     turn = 0
     while active and turn < max_turns:
         t0 = time.perf_counter()
-        outputs = gen([trajs[i].token_ids for i in active], active, turn)
+        outputs, logprobs = _split_output(
+            gen([trajs[i].token_ids for i in active], active, turn), len(active)
+        )
         stats.generate_seconds += time.perf_counter() - t0
         stats.generate_calls += 1
+        if len(outputs) != len(active) or (logprobs is not None and len(logprobs) != len(active)):
+            raise ValueError(f"the generator answered {len(outputs)} prompts of {len(active)}")
         still: list[int] = []
         t0 = time.perf_counter()
-        for i, new_ids in zip(active, outputs, strict=True):
+        for k, (i, new_ids) in enumerate(zip(active, outputs, strict=True)):
             traj = trajs[i]
             traj.token_ids += new_ids
             traj.policy_mask += [1] * len(new_ids)
+            lps = logprobs[k] if logprobs is not None else [math.nan] * len(new_ids)
+            if len(lps) != len(new_ids):
+                raise ValueError(f"{len(lps)} log-probs for {len(new_ids)} generated tokens")
+            traj.sampler_logprobs += [float(x) for x in lps]
             stats.generated_tokens += len(new_ids)
             text = policy.decode(new_ids)
             traj.actions.append(text)
@@ -165,6 +208,7 @@ def collect(
             delta = renderer.continuation(conv, n_before, tools[i], ended_with_eos=ended)
             traj.token_ids += delta
             traj.policy_mask += [0] * len(delta)
+            traj.sampler_logprobs += [0.0] * len(delta)
             if len(traj.token_ids) >= max_total_tokens or turn + 1 >= max_turns:
                 traj.truncated, traj.info = True, _plain(info)
                 continue
@@ -173,6 +217,16 @@ def collect(
         active = still
         turn += 1
     return trajs
+
+
+def _engine_generator(policy: HFPolicy, sampling: SamplingConfig, engine: str) -> Generator:
+    if engine == "simple":
+        return lambda prompts, _idx, _turn: policy.generate_with_logprobs(prompts, sampling)
+    if engine == "cached":
+        from trace_train.engine import engine_for
+
+        return engine_for(policy).session(sampling)
+    raise ValueError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINES)}")
 
 
 def _plain(info: dict[str, Any]) -> dict[str, Any]:

@@ -15,17 +15,17 @@ from trace_train.sft import oracle_trajectories
 def test_multiturn_ids_equal_generated_ids_and_mask(tiny_policy):
     """Record what generate returned; the policy-masked ids must be exactly those, in order."""
     produced: list[list[int]] = []
-    real = tiny_policy.generate_ids
+    real = tiny_policy.generate_with_logprobs
 
     def spy(prompts, sampling):
         out = real(prompts, sampling)
-        produced.extend(out)
+        produced.extend(out[0])
         return out
 
-    tiny_policy.generate_ids = spy
+    tiny_policy.generate_with_logprobs = spy
     envs = [make_env("traintest/chat3-v0") for _ in range(3)]
     specs = [ResetSpec(seed=i) for i in range(3)]
-    trajs = collect(tiny_policy, envs, specs, SamplingConfig(max_new_tokens=12), max_turns=5)
+    trajs = collect(tiny_policy, envs, specs, SamplingConfig(max_new_tokens=12), max_turns=5, engine="simple")
     assert [t.turns for t in trajs] == [3, 3, 3] and len(produced) == 9
     segments = []
     for t in trajs:  # maximal runs of policy tokens = one generated turn each

@@ -1,8 +1,35 @@
-"""Token log-probabilities of padded sequences, computing the LM head only where it is needed."""
+"""Token log-probs of policy tokens under the sampling distribution, computing only what is needed.
+
+Two ways to get the same numbers (tested equal, gradients included):
+
+- :func:`sequence_logprobs`: right-padded sequences, one forward each; the LM head runs on the last positions
+  that contain a policy token (``logits_to_keep``).
+- :func:`shared_prefix_logprobs`: the sequences of a micro-batch share a prompt prefix (a GRPO group shares its
+  whole initial prompt; every retail conversation shares ~2,600 tokens of policy and tool schemas). The prefix is
+  computed once, with gradient, as one row; the rest of every sequence is packed several to a row (no padding
+  waste) and attends to the prefix's keys/values and to its own earlier tokens only (a 4-D mask); the LM head
+  runs only on the hidden states that predict a policy token (gathered before ``lm_head``).
+
+Log-probs are those of the distribution the tokens were sampled from: logits divided by the sampling temperature,
+and with top-k / top-p renormalised over the kept tokens (:func:`trace_train.engine.sampling.target_logprobs`,
+the sampler's own warpers). Greedy decoding (temperature 0) is scored at temperature 1.
+"""
 
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
+
+from trace_train.engine.sampling import target_logprobs
+from trace_train.policies.base import SamplingConfig
+
+
+def _sampling(sampling: SamplingConfig | None, temperature: float | None) -> SamplingConfig:
+    if sampling is not None and temperature is not None and temperature != sampling.temperature:
+        raise ValueError("give the temperature either as `temperature` or inside `sampling`, not both")
+    if sampling is None:
+        sampling = SamplingConfig(temperature=1.0 if temperature is None else temperature)
+    return sampling
 
 
 def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int) -> tuple[torch.Tensor, ...]:
@@ -18,19 +45,163 @@ def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int) -> tup
     return ids, attn, pmask
 
 
-def sequence_logprobs(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, pmask: torch.Tensor):
+def sequence_logprobs(
+    model: torch.nn.Module,
+    ids: torch.Tensor,
+    attn: torch.Tensor,
+    pmask: torch.Tensor,
+    sampling: SamplingConfig | None = None,
+    temperature: float | None = None,
+):
     """Log-probs of tokens 1..T-1 under ``model`` and the matching policy mask, both [B, K].
 
-    Only the last K positions that contain a policy token are pushed through the LM head (``logits_to_keep``):
-    prompts and system messages are often most of a sequence, and the 49k-vocabulary head dominates the cost.
+    Only the last K positions that contain a policy token are pushed through the LM head (``logits_to_keep``).
     """
+    sampling = _sampling(sampling, temperature)
     targets = ids[:, 1:]
     tmask = pmask[:, 1:]
     has = tmask.sum(0).nonzero()
     first = int(has[0]) if len(has) else tmask.shape[1] - 1
     keep = tmask.shape[1] - first  # positions first..T-2 of the logits predict targets first..T-1
     out = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep + 1, use_cache=False)
-    logits = out.logits[:, :-1].float()  # drop the prediction after the last token
+    logits = out.logits[:, :-1]  # drop the prediction after the last token
     tgt = targets[:, first:]
-    logp = torch.gather(logits, -1, tgt.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    b, k, v = logits.shape
+    logp = target_logprobs(logits.reshape(b * k, v), tgt.reshape(-1), sampling).view(b, k)
     return logp, tmask[:, first:]
+
+
+def common_prefix_length(seqs: list[list[int]]) -> int:
+    n = min(len(s) for s in seqs)
+    first = seqs[0]
+    for j in range(n):
+        t = first[j]
+        if any(s[j] != t for s in seqs):
+            return j
+    return n
+
+
+def _decoder_and_head(model: torch.nn.Module):
+    get_decoder = getattr(model, "get_decoder", None)
+    get_head = getattr(model, "get_output_embeddings", None)
+    decoder = get_decoder() if callable(get_decoder) else None
+    head = get_head() if callable(get_head) else None
+    if decoder is None or head is None or decoder is model:
+        return None, None
+    return decoder, head
+
+
+def _checkpointing(decoder: torch.nn.Module) -> bool:
+    return any(getattr(m, "gradient_checkpointing", False) for m in decoder.modules())
+
+
+def _pack(lengths: list[int], capacity: int) -> list[list[int]]:
+    """First-fit decreasing: sequence indices per row, each row holding at most ``capacity`` tokens."""
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        for r, free in enumerate(room):
+            if lengths[i] <= free:
+                rows[r].append(i)
+                room[r] -= lengths[i]
+                break
+        else:
+            rows.append([i])
+            room.append(capacity - lengths[i])
+    return rows
+
+
+def shared_prefix_logprobs(
+    model: torch.nn.Module,
+    seqs: list[list[int]],
+    masks: list[list[int]],
+    pad_id: int,
+    sampling: SamplingConfig | None = None,
+    temperature: float | None = None,
+    row_tokens: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same ``(logp, tmask)`` ``[B, K]`` as :func:`sequence_logprobs` over ``pad_batch(seqs, masks)``,
+    computing the shared prefix once and packing the rest (see the module docstring).
+
+    ``row_tokens``: tokens per packed row (default: the longest remainder; larger packs more per row).
+    Models without ``get_decoder``/``get_output_embeddings``, or with gradient checkpointing on (which drops
+    caches), take the :func:`sequence_logprobs` path.
+    """
+    sampling = _sampling(sampling, temperature)
+    device = next(model.parameters()).device
+    decoder, head = _decoder_and_head(model)
+    if decoder is None or (_checkpointing(decoder) and torch.is_grad_enabled() and model.training):
+        ids, attn, pmask = pad_batch(seqs, masks, pad_id)
+        return sequence_logprobs(model, ids.to(device), attn.to(device), pmask.to(device), sampling)
+    if any(len(m) != len(s) for s, m in zip(seqs, masks, strict=True)):
+        raise ValueError("every mask must have its sequence's length")
+    firsts = [next((j for j, x in enumerate(m) if x), len(m)) for m in masks]
+    # the prefix ends before the position that predicts the earliest policy token of any sequence
+    shared = max(0, min(common_prefix_length(seqs), min(firsts) - 1)) if len(seqs) > 1 else 0
+    cache = None
+    if shared:
+        prefix = torch.tensor([seqs[0][:shared]], dtype=torch.long, device=device)
+        cache = DynamicCache()
+        decoder(input_ids=prefix, cache=cache, use_cache=True)
+    rests = [s[shared:] for s in seqs]
+    capacity = max(row_tokens or 0, max(len(r) for r in rests))
+    rows = _pack([len(r) for r in rests], capacity)
+    n_rows = len(rows)
+    width = max(sum(len(rests[i]) for i in row) for row in rows)
+    dtype = next(p for p in model.parameters() if p.is_floating_point()).dtype
+    ids = torch.full((n_rows, width), pad_id, dtype=torch.long)
+    pos = torch.zeros((n_rows, width), dtype=torch.long)
+    seg = torch.full((n_rows, width), -1, dtype=torch.long)  # which sequence each column holds (-1: padding)
+    where: list[tuple[int, int]] = [(0, 0)] * len(seqs)  # sequence -> (row, first column)
+    for r, row in enumerate(rows):
+        col = 0
+        for i in row:
+            n = len(rests[i])
+            ids[r, col : col + n] = torch.tensor(rests[i], dtype=torch.long)
+            pos[r, col : col + n] = torch.arange(shared, shared + n)
+            seg[r, col : col + n] = i
+            where[i] = (r, col)
+            col += n
+    causal = torch.ones((width, width), dtype=torch.bool).tril()
+    same = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] >= 0)
+    allowed = same & causal
+    allowed |= torch.eye(width, dtype=torch.bool)  # padding attends to itself (no all-masked row, no NaN)
+    prefix_cols = (seg >= 0)[:, :, None].expand(-1, -1, shared)
+    allowed = torch.cat([prefix_cols, allowed], dim=2)
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    if cache is not None:  # every row reads the one prefix row
+        for layer in cache.layers:
+            layer.keys = layer.keys.expand(n_rows, -1, -1, -1)
+            layer.values = layer.values.expand(n_rows, -1, -1, -1)
+    hidden = decoder(
+        input_ids=ids.to(device),
+        attention_mask=mask[:, None].to(device),
+        position_ids=pos.to(device),
+        cache=cache,
+        use_cache=cache is not None,
+    ).last_hidden_state
+    # gather the hidden states that predict policy tokens: token t of sequence i is predicted at t - 1
+    row_idx, col_idx, seq_idx, tgt_pos, tgt_ids = [], [], [], [], []
+    for i, (s, m) in enumerate(zip(seqs, masks, strict=True)):
+        r, c0 = where[i]
+        for t in range(max(1, shared + 1), len(s)):
+            if m[t]:
+                row_idx.append(r)
+                col_idx.append(c0 + t - 1 - shared)
+                seq_idx.append(i)
+                tgt_pos.append(t)
+                tgt_ids.append(s[t])
+    t_max = max(len(s) for s in seqs)
+    first = min(firsts) - 1 if any(f < len(m) for f, m in zip(firsts, masks, strict=True)) else t_max - 2
+    first = max(first, 0)
+    k = t_max - 1 - first
+    logp = torch.zeros((len(seqs), k), dtype=torch.float32, device=device)
+    tmask = torch.zeros((len(seqs), k), dtype=torch.float32, device=device)
+    if row_idx:
+        picked = hidden[torch.tensor(row_idx, device=device), torch.tensor(col_idx, device=device)]
+        lp = target_logprobs(head(picked), torch.tensor(tgt_ids, device=device), sampling)
+        si = torch.tensor(seq_idx, device=device)
+        ci = torch.tensor(tgt_pos, device=device) - 1 - first
+        logp = logp.index_put((si, ci), lp)
+        tmask[si, ci] = 1.0
+    return logp, tmask

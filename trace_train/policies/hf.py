@@ -98,6 +98,8 @@ class HFPolicy:
     """Local causal LM policy. ``model`` may be a bare model or a PeftModel.
 
     ``merge_for_generation``: decode with the LoRA deltas folded into the weights (see :class:`MergedLoRA`).
+    ``engine``: how :func:`trace_train.rollout.collect` decodes with it: ``cached`` (KV cache per conversation
+    across turns, shared prefix; :mod:`trace_train.engine`) or ``simple`` (one ``generate`` call per turn).
     """
 
     def __init__(
@@ -106,8 +108,10 @@ class HFPolicy:
         tokenizer: PreTrainedTokenizerBase,
         name: str = "hf",
         merge_for_generation: bool = True,
+        engine: str = "cached",
     ):
         self.model = model
+        self.engine = engine  # rollout engine used by trace_train.rollout.collect: "cached" or "simple"
         self.merge_for_generation = merge_for_generation
         self._merger: MergedLoRA | None = None
         self.tokenizer = tokenizer
@@ -145,14 +149,22 @@ class HFPolicy:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    @torch.no_grad()
     def generate_ids(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[list[int]]:
         """Generate one continuation per prompt in a single left-padded, KV-cached ``generate`` call.
 
         Returns the new token ids, cut after the first end-of-turn token (which is kept).
         """
+        return self.generate_with_logprobs(prompts, sampling, logprobs=False)[0]
+
+    @torch.no_grad()
+    def generate_with_logprobs(
+        self, prompts: list[list[int]], sampling: SamplingConfig, logprobs: bool = True
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """:meth:`generate_ids` plus the sampler's log-prob of every generated token (the distribution after
+        temperature, top-k/top-p and end-of-turn suppression, i.e. ``generate``'s processed scores; greedy:
+        temperature 1). With ``logprobs=False`` the second list is empty."""
         if not prompts:
-            return []
+            return [], []
         pad = self.tokenizer.pad_token_id
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
@@ -177,6 +189,8 @@ class HFPolicy:
                 top_p=sampling.top_p,
                 top_k=sampling.top_k or None,
             )
+        if logprobs:
+            kwargs.update(output_scores=True, return_dict_in_generate=True)
         was_training = self.model.training
         self.model.eval()
         try:
@@ -186,7 +200,18 @@ class HFPolicy:
                 )
         finally:
             self.model.train(was_training)
-        return [cut_after_eos(row, self.eos_ids) for row in out[:, width:].tolist()]
+        seqs = out.sequences if logprobs else out
+        new = seqs[:, width:]
+        ids = [cut_after_eos(row, self.eos_ids) for row in new.tolist()]
+        if not logprobs:
+            return ids, []
+        # one [B, V] score tensor per step: log-softmax and gather the chosen token, step by step (no [B, S, V])
+        steps = [
+            torch.log_softmax(s.float(), -1).gather(-1, new[:, j : j + 1]).squeeze(-1)
+            for j, s in enumerate(out.scores)
+        ]
+        table = torch.stack(steps, 1).tolist() if steps else [[] for _ in prompts]
+        return ids, [row[: len(r)] for row, r in zip(table, ids, strict=True)]
 
     @contextlib.contextmanager
     def _generation_context(self) -> Iterator[None]:

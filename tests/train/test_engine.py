@@ -1,0 +1,150 @@
+"""The cached rollout engine against the simple one: same greedy tokens, same log-probs, caches that stay
+right across turns (error replies, conversations that end early, holes squeezed out, a kept prefix)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+import torch
+
+from trace_train.engine import engine_for
+from trace_train.grpo.logprobs import pad_batch, sequence_logprobs
+from trace_train.models import build_tiny_model
+from trace_train.policies.base import SamplingConfig
+from trace_train.policies.hf import HFPolicy
+from trace_train.rollout import ResetSpec, collect
+
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "find",
+        "description": "Find a record by id.",
+        "parameters": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]},
+    },
+}
+
+
+class RaggedEnv(gym.Env):
+    """Tool-style conversation whose length depends on the seed: seed % 4 + 1 turns (seed 0 ends after the
+    first turn), env replies of seed-dependent length, and an error tool reply on the second turn of odd seeds."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Text(10_000)
+        self.action_space = gym.spaces.Text(10_000)
+        self.tools = [TOOL]
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.seed_ = seed or 0
+        self.turn = 0
+        self.messages = [
+            {"role": "system", "content": "You look records up with tools. Be brief."},
+            {"role": "user", "content": f"Find record {self.seed_ * 7}" + " please" * (self.seed_ % 3)},
+        ]
+        return list(self.messages), {"tools": self.tools}
+
+    def step(self, action):
+        self.turn += 1
+        self.messages.append({"role": "assistant", "content": action})
+        done = self.turn >= self.seed_ % 4 + 1
+        if not done:
+            if self.turn == 2 and self.seed_ % 2:
+                reply = "Error: unknown tool 'x'. Call one of: find."
+            else:
+                reply = "record " + "ab" * (self.turn * (self.seed_ % 5))
+            self.messages.append({"role": "tool", "tool_call_id": f"c{self.turn}", "content": reply})
+        return list(self.messages), float(done), done, False, {"tools": self.tools}
+
+
+def _policy(dtype=torch.float32) -> HFPolicy:
+    model, tok = build_tiny_model(seed=3)
+    return HFPolicy(model.to(dtype), tok, name="tiny")
+
+
+def _run(policy, engine, seeds, sampling, max_turns=5, **kw):
+    envs = [RaggedEnv() for _ in seeds]
+    return collect(policy, envs, [ResetSpec(seed=s) for s in seeds], sampling, max_turns, engine=engine, **kw)
+
+
+GREEDY = SamplingConfig(temperature=0.0, max_new_tokens=10)
+
+
+def test_greedy_cached_equals_simple_across_ragged_turns():
+    policy = _policy()
+    seeds = list(range(7))
+    simple = _run(policy, "simple", seeds, GREEDY)
+    cached = _run(policy, "cached", seeds, GREEDY)
+    assert [t.turns for t in cached] == [s % 4 + 1 for s in seeds]  # seed 0 ended early, others went on
+    for a, b in zip(simple, cached, strict=True):
+        assert a.token_ids == b.token_ids and a.policy_mask == b.policy_mask
+        assert a.actions == b.actions and a.reward == b.reward
+        assert len(b.sampler_logprobs) == len(b.token_ids)
+        assert torch.allclose(torch.tensor(a.sampler_logprobs), torch.tensor(b.sampler_logprobs), atol=1e-5)
+    errors = [m for t in cached for m in t.messages if str(m.get("content", "")).startswith("Error:")]
+    assert errors  # some conversations went on after an error reply
+    stats = policy._cached_engine.stats
+    assert stats.compactions >= 1  # the conversation that ended early left the batch
+
+
+def test_compaction_and_prefill_chunks_change_nothing():
+    """Squeeze holes after every turn and prefill in 5-token chunks: same tokens as the simple engine."""
+    policy = _policy()
+    engine = engine_for(policy)
+    engine.max_hole_fraction, engine.prefill_chunk_tokens = 0.0, 5
+    seeds = [1, 2, 3, 5, 6]
+    simple = _run(policy, "simple", seeds, GREEDY)
+    cached = _run(policy, "cached", seeds, GREEDY)
+    assert [t.token_ids for t in simple] == [t.token_ids for t in cached]
+    assert engine.stats.compactions >= 3
+
+
+def _teacher_forced(policy, traj, sampling):
+    ids, attn, pmask = pad_batch([traj.token_ids], [traj.policy_mask], policy.tokenizer.pad_token_id)
+    with torch.no_grad():
+        logp, tmask = sequence_logprobs(policy.model, ids, attn, pmask, sampling=sampling)
+    return logp[tmask > 0]
+
+
+@pytest.mark.parametrize("sampling", [SamplingConfig(temperature=0.7, top_k=20, top_p=0.9, max_new_tokens=8)])
+def test_sampled_logprobs_match_a_fresh_forward_of_the_whole_conversation(sampling):
+    """Every sampled token's log-prob, taken from the cache turn after turn, equals the teacher-forced
+    log-prob of a single forward over the final conversation (same temperature / top-k / top-p)."""
+    policy = _policy()
+    torch.manual_seed(0)
+    trajs = _run(policy, "cached", [1, 2, 3, 7], sampling)
+    for t in trajs:
+        got = torch.tensor([lp for lp, m in zip(t.sampler_logprobs, t.policy_mask, strict=True) if m])
+        assert torch.allclose(got, _teacher_forced(policy, t, sampling), atol=1e-4)
+        assert all(lp == 0.0 for lp, m in zip(t.sampler_logprobs, t.policy_mask, strict=True) if not m)
+
+
+def test_kept_prefix_is_reused_and_dropped_when_weights_change():
+    policy = _policy()
+    first = _run(policy, "cached", [1, 2, 3], GREEDY)
+    engine = policy._cached_engine
+    assert engine.stats.prefix_tokens_reused == 0
+    again = _run(policy, "cached", [5, 6], GREEDY)
+    assert engine.stats.prefix_tokens_reused > 0  # the system/tools prefix came from the first session
+    assert [t.token_ids for t in again] == [t.token_ids for t in _run(policy, "simple", [5, 6], GREEDY)]
+    assert first
+    # an in-place update of trainable weights (an optimiser step) invalidates the kept prefix
+    reused = engine.stats.prefix_tokens_reused
+    with torch.no_grad():
+        for p in policy.model.parameters():
+            p.mul_(1.5)
+    after = _run(policy, "cached", [5, 6], GREEDY)
+    assert engine.stats.prefix_tokens_reused == reused
+    assert [t.token_ids for t in after] == [t.token_ids for t in _run(policy, "simple", [5, 6], GREEDY)]
+
+
+def test_identical_prompts_of_a_group_sample_independently():
+    policy = _policy()
+    torch.manual_seed(1)
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=12)
+    trajs = _run(policy, "cached", [4] * 6, sampling, max_turns=1)
+    assert len({tuple(t.token_ids) for t in trajs}) > 1
+
+
+def test_bad_engine_name_is_refused():
+    with pytest.raises(ValueError, match="unknown engine"):
+        _run(_policy(), "fast", [1], GREEDY)

@@ -1,0 +1,125 @@
+"""Training log-probs: the shared-prefix, packed, head-on-policy-tokens path equals the plain padded one
+(values and gradients), at the sampling temperature and with the sampler's top-k / top-p."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trace_train.grpo.logprobs import pad_batch, sequence_logprobs, shared_prefix_logprobs
+from trace_train.models import build_tiny_model
+from trace_train.policies.base import SamplingConfig
+from trace_train.policies.hf import LoraSettings, attach_lora
+
+
+def _group(prefix_len=40, seed=0):
+    """A GRPO-like batch: two groups sharing a long prompt prefix, policy turns and env turns of uneven length."""
+    g = torch.Generator().manual_seed(seed)
+    rand = lambda n: torch.randint(3, 300, (n,), generator=g).tolist()  # noqa: E731
+    prefix = rand(prefix_len)
+    seqs, masks = [], []
+    for grp in range(2):
+        prompt = prefix + rand(5 + 3 * grp)
+        for j in range(3):
+            ids, mask = list(prompt), [0] * len(prompt)
+            for turn in range(1 + (j + grp) % 3):
+                gen = rand(4 + 2 * j + turn)
+                ids += gen
+                mask += [1] * len(gen)
+                env = rand(3 + turn)
+                ids += env
+                mask += [0] * len(env)
+            seqs.append(ids)
+            masks.append(mask)
+    return seqs, masks
+
+
+def _lora_model():
+    model, tok = build_tiny_model(seed=1)
+    model = attach_lora(model, LoraSettings(rank=4), None)
+    with torch.no_grad():  # non-zero B so that LoRA weights get real gradients through every path
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.05)
+    return model, tok.pad_token_id
+
+
+def _loss_and_grads(model, logp, tmask):
+    model.zero_grad(set_to_none=True)
+    w = torch.arange(1, logp.shape[0] + 1, dtype=torch.float32)[:, None]  # distinct per-sequence weights
+    loss = -(logp * tmask * w).sum() / tmask.sum()
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+SAMPLINGS = [
+    SamplingConfig(temperature=1.0),
+    SamplingConfig(temperature=0.6),
+    SamplingConfig(temperature=0.8, top_k=50, top_p=0.9),
+]
+
+
+@pytest.mark.parametrize("sampling", SAMPLINGS)
+@pytest.mark.parametrize("row_tokens", [None, 200])
+def test_shared_prefix_values_and_gradients_equal_unshared(sampling, row_tokens):
+    model, pad = _lora_model()
+    model.train()
+    seqs, masks = _group()
+    ids, attn, pmask = pad_batch(seqs, masks, pad)
+    ref, ref_mask = sequence_logprobs(model, ids, attn, pmask, sampling=sampling)
+    ref_loss, ref_grads = _loss_and_grads(model, ref, ref_mask)
+    got, got_mask = shared_prefix_logprobs(model, seqs, masks, pad, sampling=sampling, row_tokens=row_tokens)
+    assert got.shape == ref.shape and torch.equal(got_mask, ref_mask)
+    assert torch.allclose(got * got_mask, ref * ref_mask, atol=1e-5)
+    loss, grads = _loss_and_grads(model, got, got_mask)
+    assert torch.allclose(loss, ref_loss, atol=1e-6)
+    assert grads.keys() == ref_grads.keys() and len(grads) > 0
+    for n in grads:
+        assert torch.allclose(grads[n], ref_grads[n], atol=1e-6, rtol=1e-4), n
+
+
+def test_temperature_changes_the_logprobs_and_greedy_scores_at_one():
+    model, pad = _lora_model()
+    seqs, masks = _group()
+    ids, attn, pmask = pad_batch(seqs, masks, pad)
+    with torch.no_grad():
+        t1, m = sequence_logprobs(model, ids, attn, pmask, temperature=1.0)
+        t05, _ = sequence_logprobs(model, ids, attn, pmask, temperature=0.5)
+        greedy, _ = sequence_logprobs(model, ids, attn, pmask, sampling=SamplingConfig(temperature=0.0))
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+    assert not torch.allclose(t1 * m, t05 * m)
+    assert torch.equal(greedy, t1)
+    # direct check of one position against log_softmax(logits / T)
+    b, t = (m > 0).nonzero()[0].tolist()
+    col = t + (logits.shape[1] - m.shape[1])
+    expect = torch.log_softmax(logits[b, col] / 0.5, -1)[ids[b, col + 1]]
+    assert torch.allclose(t05[b, t], expect, atol=1e-5)
+    with pytest.raises(ValueError, match="not both"):
+        sequence_logprobs(model, ids, attn, pmask, sampling=SamplingConfig(temperature=0.7), temperature=0.5)
+
+
+def test_top_k_renormalises_over_kept_tokens_and_keeps_the_target():
+    from trace_train.engine.sampling import target_logprobs
+
+    logits = torch.tensor([[3.0, 2.0, 1.0, 0.0]])
+    s = SamplingConfig(temperature=1.0, top_k=2)
+    assert torch.allclose(
+        target_logprobs(logits, torch.tensor([0]), s), torch.log_softmax(logits[0, :2], -1)[:1]
+    )
+    # a target outside the current top-k stays finite (kept in the normalisation)
+    lp = target_logprobs(logits, torch.tensor([3]), s)
+    assert torch.isfinite(lp).all()
+    assert torch.allclose(lp, torch.log_softmax(torch.tensor([3.0, 2.0, 0.0]), -1)[2:])
+
+
+def test_no_shared_prefix_and_single_sequence():
+    model, pad = _lora_model()
+    seqs, masks = _group()
+    seqs[0] = [7] + seqs[0]  # nothing shared any more
+    masks[0] = [0] + masks[0]
+    for s, m in ((seqs, masks), (seqs[:1], masks[:1])):
+        ids, attn, pmask = pad_batch(s, m, pad)
+        with torch.no_grad():
+            ref, rm = sequence_logprobs(model, ids, attn, pmask)
+            got, gm = shared_prefix_logprobs(model, s, m, pad)
+        assert torch.equal(rm, gm) and torch.allclose(ref * rm, got * gm, atol=1e-5)

@@ -1,0 +1,139 @@
+"""A batched KV cache over conversations of different lengths, built on transformers' cache classes.
+
+Every conversation owns one row. All rows share physical columns: a turn appends a block of columns to every row
+at once (the env's new tokens, right-padded to the longest; then one column per decoded token), and a 2-D
+attention mask marks which columns of a row hold real tokens. Rotary positions are per row (``position_ids`` =
+the row's own token count), so a hole in a row changes nothing in what its tokens see. Nothing is re-padded when
+conversations grow unevenly; rows are dropped (conversation over) or holes squeezed out only by an occasional
+:meth:`RaggedCache.compact`, one gather per layer.
+
+Each layer's keys and values live in a preallocated buffer written in place (capacity doubles when full):
+``DynamicLayer`` concatenates, which copies the whole cache on every decoded token.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
+
+
+class GrowingLayer(DynamicLayer):
+    """One layer's K/V in a ``[B, H, capacity, D]`` buffer; ``update`` writes in place and returns views."""
+
+    def __init__(self, capacity: int = 256):
+        super().__init__()
+        self.capacity = capacity
+        self.used = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.device = key_states.device
+        b, h, _, d = key_states.shape
+        self.keys = key_states.new_empty((b, h, self.capacity, d))
+        self.values = value_states.new_empty((b, value_states.shape[1], self.capacity, value_states.shape[3]))
+        self.used = 0
+        self.is_initialized = True
+
+    def _grow(self, need: int) -> None:
+        cap = max(need, 2 * self.capacity)
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            new = old.new_empty((*old.shape[:2], cap, old.shape[3]))
+            new[:, :, : self.used] = old[:, :, : self.used]
+            setattr(self, name, new)
+        self.capacity = cap
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = key_states.shape[-2]
+        if self.used + n > self.capacity:
+            self._grow(self.used + n)
+        self.keys[:, :, self.used : self.used + n] = key_states
+        self.values[:, :, self.used : self.used + n] = value_states
+        self.used += n
+        return self.keys[:, :, : self.used], self.values[:, :, : self.used]
+
+    def get_seq_length(self) -> int:
+        return self.used if self.is_initialized else 0
+
+    def load(self, keys: torch.Tensor, values: torch.Tensor, capacity: int) -> None:
+        """Start from given K/V ``[B, H, T, D]`` (copied into a fresh buffer of ``capacity`` columns)."""
+        self.capacity = max(capacity, keys.shape[2])
+        self.lazy_initialization(keys, values)
+        self.keys[:, :, : keys.shape[2]] = keys
+        self.values[:, :, : values.shape[2]] = values
+        self.used = keys.shape[2]
+
+    def gather(self, rows: torch.Tensor, cols: torch.Tensor) -> None:
+        """Keep ``rows`` and, for each, the columns ``cols[r]`` (``[R, T']`` indices), in a fresh buffer."""
+        idx = cols[:, None, :, None]
+        for name in ("keys", "values"):
+            buf = getattr(self, name)[rows, :, : self.used]
+            picked = buf.gather(2, idx.expand(-1, buf.shape[1], -1, buf.shape[3]))
+            new = buf.new_empty((picked.shape[0], picked.shape[1], max(self.capacity, 1), picked.shape[3]))
+            new[:, :, : picked.shape[2]] = picked
+            setattr(self, name, new)
+        self.used = cols.shape[1]
+
+
+class RaggedCache:
+    """The cache of a batch of conversations: K/V (one :class:`GrowingLayer` per decoder layer), the mask of real
+    columns per row, each row's cached token ids and its next rotary position."""
+
+    def __init__(self, num_layers: int, capacity: int):
+        self.layers = [GrowingLayer(capacity) for _ in range(num_layers)]
+        self.cache = Cache(layers=self.layers)
+        self.mask = torch.zeros((0, 0), dtype=torch.bool)
+        self.ids: list[list[int]] = []  # the tokens each row's cache holds, in order
+
+    @property
+    def rows(self) -> int:
+        return len(self.ids)
+
+    @property
+    def width(self) -> int:
+        return self.mask.shape[1]
+
+    def positions(self) -> torch.Tensor:
+        return torch.tensor([len(x) for x in self.ids], dtype=torch.long)
+
+    def start_from_prefix(
+        self,
+        prefix_kv: list[tuple[torch.Tensor, torch.Tensor]],
+        prefix_ids: list[int],
+        rows: int,
+        capacity: int,
+    ) -> None:
+        """Every row starts with the same prefix (K/V of one row, expanded: computed once, copied per row)."""
+        for layer, (k, v) in zip(self.layers, prefix_kv, strict=True):
+            layer.load(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1), capacity)
+        self.mask = torch.ones((rows, len(prefix_ids)), dtype=torch.bool)
+        self.ids = [list(prefix_ids) for _ in range(rows)]
+
+    def append_columns(self, real: torch.Tensor) -> torch.Tensor:
+        """Extend the mask by ``real`` ``[B, W]`` (True = a real token); returns the full 2-D attention mask."""
+        self.mask = torch.cat([self.mask, real.to(torch.bool)], dim=1)
+        return self.mask
+
+    def hole_fraction(self) -> float:
+        return 1.0 - float(self.mask.float().mean()) if self.mask.numel() else 0.0
+
+    def compact(self, keep_rows: list[int]) -> None:
+        """Keep ``keep_rows`` (in that order) and squeeze out holes: each row's real columns, right-aligned
+        after left padding to the longest row (one gather per layer)."""
+        rows = torch.tensor(keep_rows, dtype=torch.long)
+        mask = self.mask[rows]
+        counts = mask.sum(1)
+        width = int(counts.max()) if len(keep_rows) else 0
+        cols = torch.zeros((len(keep_rows), width), dtype=torch.long)
+        new_mask = torch.zeros((len(keep_rows), width), dtype=torch.bool)
+        for r in range(len(keep_rows)):
+            real = mask[r].nonzero().squeeze(1)
+            cols[r, width - len(real) :] = real
+            new_mask[r, width - len(real) :] = True
+        device = self.layers[0].keys.device if self.layers and self.layers[0].is_initialized else "cpu"
+        for layer in self.layers:
+            if layer.is_initialized:
+                layer.gather(rows.to(device), cols.to(device))
+        self.mask = new_mask
+        self.ids = [self.ids[r] for r in keep_rows]

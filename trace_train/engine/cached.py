@@ -1,0 +1,315 @@
+"""The cached rollout engine: a KV cache per conversation across turns and a shared system/tools prefix.
+
+``CachedEngine.session(sampling)`` returns a rollout generator (the ``Generator`` of
+:func:`trace_train.rollout.collect`): called once per turn with every unfinished conversation's full token ids,
+it prefills only what its cache does not hold yet (the previous turn's last generated token, the env's reply,
+the next generation prompt), then decodes all conversations together, one token per row per step.
+
+- Shared prefix: at the first turn, the longest common prefix of all prompts (the system prompt and tool
+  schemas: ~2,600 SmolLM2 tokens on retail) is prefilled once as a single row and copied into every row. The
+  engine keeps it, and the next session reuses the part it shares, while the trainable weights are unchanged
+  (their in-place versions are the fingerprint: an optimiser step invalidates it).
+- Ragged batch: see :class:`trace_train.engine.cache.RaggedCache` (no re-padding per turn; finished
+  conversations leave the batch; holes are squeezed out when they pass ``max_hole_fraction``).
+- Sampling: :func:`trace_train.engine.sampling.next_tokens`, transformers' own warpers, so the distribution is
+  the simple engine's; greedy picks the same tokens (tested in float32).
+
+The model is any transformers causal LM (or a PeftModel, or a module that behaves like one: ``forward`` with
+``input_ids``, ``attention_mask``, ``position_ids``, ``cache``, ``use_cache``). Where it exposes
+``get_decoder``/``get_output_embeddings``, the LM head runs only on the positions whose next token is needed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from trace_train.engine.cache import RaggedCache
+from trace_train.engine.sampling import next_tokens
+from trace_train.policies.base import SamplingConfig
+
+
+@dataclass
+class EngineStats:
+    prefill_tokens: int = 0  # tokens pushed through the model to fill caches (shared prefix included once)
+    prefix_tokens_reused: int = 0  # prompt tokens served from the kept shared prefix instead of a prefill
+    decode_tokens: int = 0  # row-steps of decoding (real tokens; holes excluded)
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    compactions: int = 0
+
+
+def _common_prefix(seqs: list[list[int]]) -> int:
+    n = min(len(s) for s in seqs)
+    first = seqs[0]
+    for j in range(n):
+        t = first[j]
+        if any(s[j] != t for s in seqs):
+            return j
+    return n
+
+
+def _fingerprint(model: torch.nn.Module) -> tuple:
+    """Changes whenever a trainable weight is modified in place (``Tensor._version``), e.g. by an optimiser."""
+    return (id(model), tuple((id(p), p._version) for p in model.parameters() if p.requires_grad))
+
+
+class ModelRunner:
+    """Calls the model on a cache; the LM head only at the positions asked for when the model allows it."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        get_decoder = getattr(model, "get_decoder", None)
+        get_head = getattr(model, "get_output_embeddings", None)
+        self.decoder = get_decoder() if callable(get_decoder) else None
+        self.head = get_head() if callable(get_head) else None
+        if self.decoder is None or self.head is None or self.decoder is model:
+            self.decoder = self.head = None
+
+    def __call__(
+        self, ids, attention_mask, position_ids, cache, pick: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """Run ``ids`` ``[B, W]``; return the logits ``[B, V]`` at column ``pick[b]`` of each row (None: none)."""
+        kw = dict(attention_mask=attention_mask, position_ids=position_ids, cache=cache, use_cache=True)
+        if self.decoder is not None:
+            hidden = self.decoder(input_ids=ids, **kw).last_hidden_state
+            if pick is None:
+                return None
+            rows = torch.arange(ids.shape[0], device=hidden.device)
+            return self.head(hidden[rows, pick.to(hidden.device)])
+        logits = self.model(input_ids=ids, **kw).logits
+        if pick is None:
+            return None
+        return logits[torch.arange(ids.shape[0], device=logits.device), pick.to(logits.device)]
+
+
+class CachedEngine:
+    """Keeps the shared prefix between sessions; see the module docstring."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        eos_ids: set[int],
+        pad_id: int,
+        generation_context=None,
+        prefill_chunk_tokens: int = 4096,
+        max_hole_fraction: float = 0.5,
+    ):
+        self.model = model
+        self.eos_ids = set(eos_ids)
+        self.pad_id = pad_id
+        self.generation_context = generation_context
+        self.prefill_chunk_tokens = prefill_chunk_tokens
+        self.max_hole_fraction = max_hole_fraction
+        self.stats = EngineStats()
+        self._prefix_ids: list[int] = []
+        self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._prefix_key: tuple | None = None
+
+    def clear(self) -> None:
+        """Forget the kept prefix (call after changing frozen weights in place)."""
+        self._prefix_ids, self._prefix_kv, self._prefix_key = [], [], None
+
+    def session(self, sampling: SamplingConfig, generator: torch.Generator | None = None) -> Session:
+        return Session(self, sampling, generator)
+
+    @property
+    def num_layers(self) -> int:
+        config = getattr(self.model, "config", None)
+        n = getattr(config, "num_hidden_layers", None)
+        if n is None:
+            raise ValueError("the cached engine needs model.config.num_hidden_layers")
+        return int(n)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # ----- the shared prefix ----------------------------------------------------------------------------------
+    def prefix_kv(self, runner: ModelRunner, prefix: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """K/V ``[1, H, len(prefix), D]`` per layer, reusing the kept prefix as far as it matches."""
+        key = _fingerprint(self.model)
+        if key != self._prefix_key:
+            self.clear()
+        keep = _common_prefix([self._prefix_ids, prefix]) if self._prefix_ids else 0
+        cache = RaggedCache(self.num_layers, capacity=max(len(prefix), 1))
+        if keep:
+            kept = [(k[:, :, :keep], v[:, :, :keep]) for k, v in self._prefix_kv]
+            cache.start_from_prefix(kept, prefix[:keep], 1, len(prefix))
+            self.stats.prefix_tokens_reused += keep
+        else:
+            cache.mask = torch.zeros((1, 0), dtype=torch.bool)
+            cache.ids = [[]]
+        if len(prefix) > keep:
+            t0 = time.perf_counter()
+            _prefill(
+                runner, cache, [prefix[keep:]], self.pad_id, self.prefill_chunk_tokens, want_logits=False
+            )
+            self.stats.prefill_tokens += len(prefix) - keep
+            self.stats.prefill_seconds += time.perf_counter() - t0
+        kv = [(layer.keys[:, :, : layer.used], layer.values[:, :, : layer.used]) for layer in cache.layers]
+        if len(prefix) >= len(self._prefix_ids) or keep < len(self._prefix_ids):
+            self._prefix_ids, self._prefix_kv, self._prefix_key = list(prefix), kv, key
+        return kv
+
+
+def _prefill(
+    runner: ModelRunner,
+    cache: RaggedCache,
+    deltas: list[list[int]],
+    pad_id: int,
+    chunk_tokens: int,
+    want_logits: bool = True,
+) -> torch.Tensor | None:
+    """Append each row's ``deltas[r]`` (right-padded; holes masked) and return the logits after each row's last
+    real token. Long blocks go in column chunks so no forward sees more than ``chunk_tokens`` query tokens."""
+    rows = cache.rows
+    width = max(len(d) for d in deltas)
+    if min(len(d) for d in deltas) == 0:
+        raise ValueError("the cached engine got a prompt that adds no token to its conversation")
+    device = next(runner.model.parameters()).device
+    ids = torch.full((rows, width), pad_id, dtype=torch.long)
+    real = torch.zeros((rows, width), dtype=torch.bool)
+    for r, d in enumerate(deltas):
+        ids[r, : len(d)] = torch.tensor(d, dtype=torch.long)
+        real[r, : len(d)] = True
+    start = cache.positions()
+    lengths = torch.tensor([len(d) for d in deltas])
+    step = max(1, chunk_tokens // max(rows, 1))
+    logits = None
+    for c0 in range(0, width, step):
+        c1 = min(width, c0 + step)
+        mask = cache.append_columns(real[:, c0:c1])
+        pos = start[:, None] + torch.arange(c0, c1)[None, :]
+        last = lengths - 1
+        in_chunk = (last >= c0) & (last < c1)
+        pick = (last - c0).clamp(0, c1 - c0 - 1) if want_logits and bool(in_chunk.any()) else None
+        out = runner(ids[:, c0:c1].to(device), mask.to(device), pos.to(device), cache.cache, pick)
+        if out is not None:
+            logits = out if logits is None else torch.where(in_chunk.to(out.device)[:, None], out, logits)
+    for r, d in enumerate(deltas):
+        cache.ids[r] += d
+    return logits
+
+
+class Session:
+    """One rollout: a :class:`RaggedCache` over its conversations, alive for the rollout's turns."""
+
+    def __init__(self, engine: CachedEngine, sampling: SamplingConfig, generator: torch.Generator | None):
+        self.engine = engine
+        self.sampling = sampling
+        self.generator = generator
+        self.runner = ModelRunner(engine.model)
+        self.cache: RaggedCache | None = None
+        self.row_of: dict[int, int] = {}  # conversation index -> row
+
+    def __call__(self, prompts: list[list[int]], active: list[int], turn: int):
+        if not prompts:
+            return [], []
+        model = self.engine.model
+        was_training = model.training
+        model.eval()
+        try:
+            ctx = self.engine.generation_context() if self.engine.generation_context else _null()
+            with ctx, torch.no_grad():
+                return self._turn(prompts, active)
+        finally:
+            model.train(was_training)
+
+    def _turn(self, prompts: list[list[int]], active: list[int]):
+        eng, st = self.engine, self.engine.stats
+        if self.cache is None:
+            self._start(prompts, active)
+        else:
+            self._follow(active)
+        cache = self.cache
+        deltas = []
+        for conv, prompt in zip(active, prompts, strict=True):
+            held = cache.ids[self.row_of[conv]]
+            if prompt[: len(held)] != held:
+                raise ValueError(
+                    f"conversation {conv}: the prompt does not extend the cached tokens (rollout ids must grow "
+                    "by appending only)"
+                )
+            deltas.append(prompt[len(held) :])
+        t0 = time.perf_counter()
+        logits = _prefill(self.runner, cache, deltas, eng.pad_id, eng.prefill_chunk_tokens)
+        st.prefill_tokens += sum(len(d) for d in deltas)
+        st.prefill_seconds += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        out = self._decode(logits)
+        st.decode_seconds += time.perf_counter() - t0
+        return out
+
+    def _start(self, prompts: list[list[int]], active: list[int]) -> None:
+        eng = self.engine
+        # the shared part, but at least one token of each prompt stays per row (its logits start decoding)
+        n = min(_common_prefix(prompts), min(len(p) for p in prompts) - 1)
+        prefix = prompts[0][: max(n, 0)]
+        cache = RaggedCache(eng.num_layers, capacity=len(prefix) + 512)
+        if prefix:
+            cache.start_from_prefix(
+                eng.prefix_kv(self.runner, prefix), prefix, len(prompts), len(prefix) + 512
+            )
+        else:
+            cache.mask = torch.zeros((len(prompts), 0), dtype=torch.bool)
+            cache.ids = [[] for _ in prompts]
+        self.cache = cache
+        self.row_of = {conv: r for r, conv in enumerate(active)}
+
+    def _follow(self, active: list[int]) -> None:
+        """Drop the rows of finished conversations; squeeze holes when they take too much of the cache."""
+        cache = self.cache
+        if any(conv not in self.row_of for conv in active):
+            raise ValueError("a conversation joined a session after its first turn")
+        keep = [self.row_of[conv] for conv in active]
+        if keep != list(range(cache.rows)) or cache.hole_fraction() > self.engine.max_hole_fraction:
+            cache.compact(keep)
+            self.engine.stats.compactions += 1
+            self.row_of = {conv: r for r, conv in enumerate(active)}
+
+    def _decode(self, logits: torch.Tensor) -> tuple[list[list[int]], list[list[float]]]:
+        eng, s, cache = self.engine, self.sampling, self.cache
+        rows = cache.rows
+        eos = sorted(eng.eos_ids)
+        out: list[list[int]] = [[] for _ in range(rows)]
+        lps: list[list[float]] = [[] for _ in range(rows)]
+        done = torch.zeros(rows, dtype=torch.bool)
+        fed = torch.ones(rows, dtype=torch.bool)  # each row's latest token is in the cache
+        device = logits.device
+        for step in range(s.max_new_tokens):
+            suppress = eos if step < s.min_new_tokens else None
+            tok, lp = next_tokens(logits, s, self.generator, suppress)
+            tok, lp = tok.cpu(), lp.cpu()
+            for r in range(rows):
+                if not done[r]:
+                    out[r].append(int(tok[r]))
+                    lps[r].append(float(lp[r]))
+                    fed[r] = False
+                    if int(tok[r]) in eng.eos_ids or len(out[r]) >= s.max_new_tokens:
+                        done[r] = True
+            if bool(done.all()):
+                break
+            # feed each row's newest token; rows that finished and fed theirs get a masked hole
+            feed = ~fed
+            ids = torch.where(feed, torch.tensor([o[-1] for o in out]), torch.tensor(eng.pad_id))
+            mask = cache.append_columns(feed[:, None])
+            pos = cache.positions()[:, None]
+            zero = torch.zeros(rows, dtype=torch.long)
+            logits = self.runner(ids[:, None].to(device), mask.to(device), pos.to(device), cache.cache, zero)
+            for r in range(rows):
+                if feed[r]:
+                    cache.ids[r].append(out[r][-1])
+            eng.stats.decode_tokens += int(feed.sum())
+            fed[:] = True
+        return out, lps
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *a):
+        return False
