@@ -22,8 +22,17 @@ console = Console()
 
 # Modules that add subcommands: each has ``register(subparsers)``. One module per pipeline part keeps this
 # file small; a module whose dependencies are missing leaves stubs that say what to install.
-COMMAND_MODULES: tuple[str, ...] = ("trace_train.commands", "trace_gym.analysis.commands")
-UNAVAILABLE_NAMES: dict[str, tuple[str, ...]] = {"trace_train.commands": ("train", "sft", "evaluate", "demo")}
+COMMAND_MODULES: tuple[str, ...] = (
+    "trace_train.commands",
+    "trace_gym.analysis.commands",
+    "trace_gym.synthesis.commands",
+    "trace_train.pipeline.commands",
+    "trace_gym.interop.commands",
+)
+UNAVAILABLE_NAMES: dict[str, tuple[str, ...]] = {
+    "trace_train.commands": ("train", "sft", "evaluate"),
+    "trace_train.pipeline.commands": ("run", "demo"),
+}
 
 
 def cmd_envs(args: argparse.Namespace) -> int:

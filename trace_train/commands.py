@@ -109,18 +109,6 @@ def cmd_evaluate(ns: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(ns: argparse.Namespace) -> int:
-    from trace_train.config import DemoArgs
-    from trace_train.demo import run_demo
-
-    try:
-        run_demo(_build(DemoArgs, ns))
-    except (FileNotFoundError, RuntimeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
 def _make_policy(ns: argparse.Namespace):
     if ns.base_url:  # generation on an OpenAI-compatible server; --adapter names a hot-loaded LoRA there
         from trace_train.policies.openai_http import OpenAIHTTPPolicy
@@ -132,7 +120,7 @@ def _make_policy(ns: argparse.Namespace):
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from trace_train.config import DemoArgs, GRPOArgs, SFTArgs
+    from trace_train.config import GRPOArgs, SFTArgs
 
     train = subparsers.add_parser(
         "train", help="seed-grouped GRPO: train a LoRA adapter on any chat/text Gymnasium env"
@@ -169,12 +157,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--out", default=None, help="trajectories JSONL (default runs/eval/<env>-<split>.jsonl)")
     ev.add_argument("--json", action="store_true", help="also print the summary as JSON")
     ev.set_defaults(func=cmd_evaluate)
-
-    demo = subparsers.add_parser(
-        "demo", help="the main job on the embedded default: SFT warm start, GRPO, test success before/after"
-    )
-    _add_dataclass_flags(demo, DemoArgs, skip=set())
-    demo.set_defaults(func=cmd_demo)
+    # `trace demo` is the pipeline's (trace_train.pipeline.commands); the learning demo is its configs/arith.toml
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trace_train.config import DemoArgs
+
 SCHEMA_PATH = Path(__file__).with_name("config.schema.json")
 CONFIG_DIR = Path(__file__).with_name("configs")
 
@@ -49,7 +51,9 @@ class WarmStartConfig:
         500_000, "first train-split task index (kept apart from the tasks rollouts and GRPO use)", minimum=0
     )
     max_turns: int = knob(12, "turn cap of an oracle episode", minimum=1)
-    difficulty: int | None = knob(None, "difficulty of the oracle episodes (None: the env's default)", minimum=0)
+    difficulty: int | None = knob(
+        None, "difficulty of the oracle episodes (None: the env's default)", minimum=0
+    )
 
 
 @dataclass
@@ -75,7 +79,10 @@ class RolloutsConfig:
 class AnalysisConfig:
     rho: float = knob(0.10, "minimum coverage Cov of a kept capability", minimum=0, maximum=1)
     delta: float = knob(0.20, "minimum Delta = ER- - ER+ of a kept capability", minimum=-1, maximum=1)
-    max_capabilities: int = knob(3, "train adapters for at most this many capabilities (best mean Delta)", minimum=1)
+    max_capabilities: int = knob(
+        3, "train adapters for at most this many capabilities (best mean Delta)", minimum=1
+    )
+    examples: int = knob(2, "example failures kept per capability (shown in the reports)", minimum=0)
     force_top_k: int = knob(
         0,
         "smoke tests only: when fewer than this many capabilities pass the thresholds, take the best-ranked "
@@ -113,7 +120,9 @@ class AdaptersConfig:
     max_turns: int = knob(8, "turn cap", minimum=1)
     micro_batch_size: int = knob(8, "sequences per forward/backward", minimum=1)
     dynamic_sampling: bool = knob(True, "refill groups whose rewards are all equal")
-    save_every: int = knob(5, "checkpoint every N steps (an interrupted run resumes from the last)", minimum=1)
+    save_every: int = knob(
+        5, "checkpoint every N steps (an interrupted run resumes from the last)", minimum=1
+    )
 
 
 @dataclass
@@ -121,7 +130,19 @@ class GatesConfig:
     enabled: bool = knob(True, "train token-level gates over the adapters (the MoE composition)")
     steps: int = knob(50, "gate optimiser steps", minimum=1)
     episodes_per_env: int = knob(16, "rollouts per capability env that feed the gate data", minimum=1)
+    base_episodes_per_env: int = knob(
+        8, "base-model rollouts per capability env (labelled slot 0)", minimum=0
+    )
     lr: float = knob(1e-3, "gate learning rate", exclusiveMinimum=0)
+    batch_size: int = knob(4, "gate-training sequences per step", minimum=1)
+    min_reward: float = knob(
+        1.0,
+        "an adapter rollout feeds the gates from this reward (smoke tests with an untrained model: 0)",
+        minimum=0,
+        maximum=1,
+    )
+    max_new_tokens: int = knob(96, "tokens per turn of the gate-data rollouts", minimum=1)
+    max_turns: int = knob(8, "turn cap of the gate-data rollouts", minimum=1)
 
 
 @dataclass
@@ -142,7 +163,6 @@ class EvaluationConfig:
 @dataclass
 class ReportConfig:
     title: str = knob("TRACE run", "report title")
-    examples_per_capability: int = knob(2, "example failures shown per selected capability", minimum=0)
 
 
 @dataclass
@@ -151,6 +171,12 @@ class RunConfig:
     out: str = knob("runs/run", "output folder (one sub-folder per stage)", minLength=1)
     seed: int = knob(0, "seed of every stage's sampling and initialisation", minimum=0)
     threads: int = knob(0, "torch threads (0: leave torch's default)", minimum=0)
+    pipeline: str = knob(
+        "trace",
+        "trace: the TRACE loop (the sections below); learning-demo: SFT + GRPO + test curve on one env "
+        "([learning_demo], e.g. configs/arith.toml)",
+        enum=["trace", "learning-demo"],
+    )
     target: TargetConfig = field(default_factory=TargetConfig, metadata={"help": "the target environment"})
     base: BaseConfig = field(default_factory=BaseConfig, metadata={"help": "the base agent"})
     rollouts: RolloutsConfig = field(default_factory=RolloutsConfig, metadata={"help": "step 1 rollouts"})
@@ -161,6 +187,9 @@ class RunConfig:
     gates: GatesConfig = field(default_factory=GatesConfig, metadata={"help": "step 4"})
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig, metadata={"help": "the proof"})
     report: ReportConfig = field(default_factory=ReportConfig, metadata={"help": "report.md / report.html"})
+    learning_demo: DemoArgs = field(
+        default_factory=DemoArgs, metadata={"help": "pipeline = learning-demo: trace_train.demo's arguments"}
+    )
 
     def section(self, name: str) -> dict[str, Any]:
         return dataclasses.asdict(getattr(self, name))

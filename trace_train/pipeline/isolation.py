@@ -21,7 +21,9 @@ class TestSeedError(RuntimeError):
     __test__ = False  # not a pytest test class
 
 
-def refuse_test_seeds(stage: str, env_id: str, split: str, seeds: Iterable[int], honours_splits: bool) -> None:
+def refuse_test_seeds(
+    stage: str, env_id: str, split: str, seeds: Iterable[int], honours_splits: bool
+) -> None:
     if split != "train":
         raise TestSeedError(f"stage {stage} may only use the train split of {env_id}, not {split!r}")
     if honours_splits:

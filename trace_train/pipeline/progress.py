@@ -20,7 +20,13 @@ def is_tty(stream: TextIO | None = None) -> bool:
 
 class Bar:
     def __init__(self, label: str, total: int, stream: TextIO, tty: bool, every_s: float = 10.0):
-        self.label, self.total, self.stream, self.tty, self.every_s = label, max(0, total), stream, tty, every_s
+        self.label, self.total, self.stream, self.tty, self.every_s = (
+            label,
+            max(0, total),
+            stream,
+            tty,
+            every_s,
+        )
         self.done, self.status = 0, ""
         self.started = time.monotonic()
         self._last_print = 0.0

@@ -215,7 +215,11 @@ class Pipeline:
         except KeyboardInterrupt:
             self._write_state(
                 directory,
-                {"status": "running", "input_hash": input_hash, "wall_s": previous_wall + time.time() - started},
+                {
+                    "status": "running",
+                    "input_hash": input_hash,
+                    "wall_s": previous_wall + time.time() - started,
+                },
             )
             self.reporter.line(f"== {stage.name}: interrupted; `trace run` again resumes it")
             raise
@@ -244,7 +248,9 @@ class Pipeline:
         }
         self._write_state(directory, state)
         self.reporter.line(f"== {stage.name}: done in {wall:.1f} s")
-        return StageRecord(stage.name, "resumed" if resume else "ran", state["wall_s"], state["peak_rss_mb"], result)
+        return StageRecord(
+            stage.name, "resumed" if resume else "ran", state["wall_s"], state["peak_rss_mb"], result
+        )
 
     def _by_name(self, name: str) -> Stage:
         return next(s for s in self.stages if s.name == name)

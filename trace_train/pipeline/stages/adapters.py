@@ -1,0 +1,110 @@
+"""Stage ``adapters``: step 3, one LoRA adapter per capability env, seed-grouped GRPO on its train split.
+
+Each capability trains in ``<stage>/<capability>/`` with :class:`trace_train.grpo.trainer.GRPOTrainer` at the
+difficulty calibration chose. Finished adapters are kept when the stage resumes; an unfinished one continues
+from its last checkpoint (``adapters.save_every``). The rollouts each adapter spent are counted for the
+report and for the fair baseline (GRPO directly on the target with the same budget).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from trace_train.pipeline.runner import StageContext
+from trace_train.pipeline.stages.common import read_jsonl, set_threads, train_seeds
+
+
+def grpo_args(ctx: StageContext, env_id: str, out: Path, difficulty: int | None, steps: int):
+    from trace_train.config import GRPOArgs
+
+    cfg, a = ctx.config, ctx.config.adapters
+    return GRPOArgs(
+        env_id=env_id,
+        model=ctx.upstream["base"]["model"],
+        out=str(out),
+        steps=steps,
+        groups_per_step=a.groups_per_step,
+        group_size=a.group_size,
+        difficulty=difficulty,
+        seed=cfg.seed,
+        temperature=a.temperature,
+        max_new_tokens=a.max_new_tokens,
+        max_turns=a.max_turns,
+        loss_type=a.loss_type,
+        lr=a.lr,
+        micro_batch_size=a.micro_batch_size,
+        dynamic_sampling=a.dynamic_sampling,
+        lora_rank=cfg.base.lora_rank,
+        lora_alpha=cfg.base.lora_alpha,
+        dtype=cfg.base.dtype,
+        save_every=a.save_every,
+        tensorboard=False,
+        progress=False,  # the stage prints its own progress lines (readable in logs)
+    )
+
+
+def train_adapter(
+    ctx: StageContext, label: str, env_id: str, out: Path, difficulty: int | None, steps: int
+) -> dict[str, Any]:
+    """Train (or finish) one adapter in ``out``; returns its summary, also written to ``out/summary.json``."""
+    from trace_train.grpo.trainer import GRPOTrainer
+
+    summary_path = out / "summary.json"
+    if summary_path.is_file():  # finished before an interruption of the stage
+        return json.loads(summary_path.read_text())
+    a = ctx.config.adapters
+    # the trainer draws train-split tasks 0, 1, ...: one per group, refills included
+    refills = a.dynamic_sampling * 2  # GRPOArgs.max_refill_rounds
+    train_seeds("adapters", env_id, 0, steps * a.groups_per_step * (1 + refills))
+    args = grpo_args(ctx, env_id, out, difficulty, steps)
+    if (out / "checkpoints" / "latest").exists():
+        args.resume = str(out / "checkpoints")
+        ctx.log(f"{label}: resuming from {args.resume}")
+    started = time.time()
+    trainer = GRPOTrainer(args)
+    with ctx.bar(label, steps) as bar:
+        bar.update(trainer.state["step"])
+        while trainer.state["step"] < steps:
+            # in chunks of save_every steps: a checkpoint ends each chunk, and the bar moves between them
+            args.steps = min(trainer.state["step"] + a.save_every, steps)
+            metrics = trainer.train()
+            bar.update(trainer.state["step"], status=f"reward {metrics.get('reward_mean', float('nan')):.3f}")
+    args.steps = steps
+    metrics = read_jsonl(out / "metrics.jsonl")
+    rollouts = trainer.state["next_task"] * a.group_size  # every group sampled, refills included
+    summary = {
+        "env_id": env_id,
+        "difficulty": difficulty,
+        "adapter": str(out / "adapter"),
+        "steps": steps,
+        "rollouts": rollouts,
+        "wall_s": round(time.time() - started, 1),
+        "reward_curve": [m.get("reward_mean") for m in metrics],
+        "first_reward": metrics[0].get("reward_mean") if metrics else None,
+        "last_reward": metrics[-1].get("reward_mean") if metrics else None,
+    }
+    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    set_threads(ctx.config.threads)
+    envs = ctx.upstream["calibration"]["envs"]
+    adapters = {}
+    for i, env in enumerate(envs):
+        cap = env["capability"]
+        label = f"{cap} ({i + 1}/{len(envs)})"
+        adapters[cap] = train_adapter(
+            ctx, label, env["env_id"], ctx.dir / cap, env.get("difficulty"), ctx.config.adapters.steps
+        )
+    total = sum(s["rollouts"] for s in adapters.values())
+    return {
+        "adapters": adapters,
+        "rollouts_total": total,
+        "summary": f"{len(adapters)} adapter(s), {total} training rollouts"
+        if adapters
+        else "no capability to train",
+    }

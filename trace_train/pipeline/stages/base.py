@@ -1,0 +1,77 @@
+"""Stage ``base``: the base agent, optionally warm-started by SFT on train-split oracle trajectories.
+
+Output: ``result["model"]``, the model every later stage starts from (the merged warm-started model, the
+configured model itself, or the smoke-test tiny model), and ``result["trained_on"]``, which the report quotes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trace_train.pipeline.runner import StageContext
+from trace_train.pipeline.stages.common import TINY_MODEL, build_tiny_model, set_threads, train_seeds
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    cfg, base, warm = ctx.config, ctx.config.base, ctx.config.base.warm_start
+    set_threads(cfg.threads)
+    envs = list(warm.envs) or [cfg.target.env_id]
+    # isolation first: refuse before any model is loaded
+    plans = (
+        {env_id: train_seeds("base", env_id, warm.seed_offset, warm.episodes) for env_id in envs}
+        if warm.enabled
+        else {}
+    )
+
+    model = base.model
+    if model == TINY_MODEL:
+        model = str(build_tiny_model(ctx.dir / "tiny-model", cfg.seed))
+        ctx.log(f"smoke-test model: random 2-layer Llama with SmolLM2's tokenizer in {model}")
+    if not warm.enabled:
+        return {"model": model, "trained_on": [], "summary": f"base agent: {base.model} (no warm start)"}
+
+    from trace_train.config import SFTArgs
+    from trace_train.sft import run_sft
+
+    trained_on = []
+    for i, env_id in enumerate(envs):
+        seeds = plans[env_id]
+        ctx.log(
+            f"warm start {i + 1}/{len(envs)}: SFT on {len(seeds)} oracle episodes of {env_id} (train split)"
+        )
+        summary = run_sft(
+            SFTArgs(
+                env_id=env_id,
+                model=model,
+                out=str(ctx.dir / f"sft-{i}"),
+                episodes=warm.episodes,
+                epochs=warm.epochs,
+                lr=warm.lr,
+                batch_size=warm.batch_size,
+                seed=cfg.seed,
+                seed_offset=warm.seed_offset,
+                max_turns=warm.max_turns,
+                difficulty=warm.difficulty,
+                merge=True,
+                lora_rank=base.lora_rank,
+                lora_alpha=base.lora_alpha,
+                dtype=base.dtype,
+            )
+        )
+        model = summary["merged"]
+        trained_on.append(
+            {
+                "env_id": env_id,
+                "split": "train",
+                "task_indices": [warm.seed_offset, warm.seed_offset + warm.episodes - 1],
+                "seeds": [seeds[0], seeds[-1]],
+                "oracle_episodes_kept": summary.get("episodes", summary.get("trajectories")),
+                "first_loss": summary.get("first_loss"),
+                "final_loss": summary.get("final_loss"),
+                "epochs": warm.epochs,
+            }
+        )
+    what = ", ".join(
+        f"{t['env_id']} train tasks {t['task_indices'][0]}-{t['task_indices'][1]}" for t in trained_on
+    )
+    return {"model": model, "trained_on": trained_on, "summary": f"base agent: {base.model} + SFT on {what}"}

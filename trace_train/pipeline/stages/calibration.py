@@ -1,0 +1,45 @@
+"""Stage ``calibration``: each capability env measured with the base agent; the difficulty closest to TRACE's
+band (mean reward and success in [0.2, 0.6], informative groups >= 50%) is the one its adapter trains at.
+
+Calls step 2's calibration (``trace calibrate``) on train-split seeds only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trace_train.pipeline.runner import StageContext
+from trace_train.pipeline.stages.common import set_threads, train_seeds, write_json
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    cfg, c = ctx.config, ctx.config.calibration
+    envs = ctx.upstream["synthesis"]["envs"]
+    if not c.enabled:
+        out = [{"capability": e["capability"], "env_id": e["env_id"], "difficulty": None} for e in envs]
+        return {"envs": out, "measured": False, "summary": "calibration disabled: default difficulties"}
+    set_threads(cfg.threads)
+    for e in envs:
+        train_seeds("calibration", e["env_id"], 0, c.seeds)
+    from trace_gym.synthesis import api  # step 2 (issue 11)
+
+    out = []
+    for e in envs:
+        ctx.log(f"{e['env_id']}: {c.seeds} seeds x {c.group_size} samples per level")
+        result = api.calibrate(
+            e["env_id"],
+            model=ctx.upstream["base"]["model"],
+            seeds=c.seeds,
+            group_size=c.group_size,
+            max_turns=c.max_turns,
+            max_new_tokens=c.max_new_tokens,
+            dtype=cfg.base.dtype,
+            write_spec=False,
+        )
+        out.append({"capability": e["capability"], "env_id": e["env_id"], **result})
+    write_json(ctx.dir / "calibration.json", out)
+    return {
+        "envs": out,
+        "measured": True,
+        "summary": ", ".join(f"{o['env_id']} level {o.get('difficulty')}" for o in out),
+    }

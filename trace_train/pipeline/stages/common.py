@@ -1,0 +1,104 @@
+"""Helpers shared by the stages: seed plans, policies, JSONL files, threads."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from trace_train.pipeline.isolation import TestSeedError, refuse_test_seeds
+
+# A tiny random model for smoke tests (`trace demo --quick`, CI): the embedded SmolLM2's tokenizer (so prompts
+# have realistic token counts) with a 2-layer, 64-wide random Llama. It cannot learn the task in a few steps;
+# it exercises every stage.
+TINY_MODEL = "tiny-random"
+
+
+def train_seeds(stage: str, env_id: str, offset: int, count: int) -> list[int]:
+    """Reset seeds of ``count`` train-split tasks from ``offset``; refused if any could be a test seed."""
+    from trace_train.envs import honours_splits, make_env, reset_seed
+
+    env = make_env(env_id)
+    try:
+        honours = honours_splits(env)
+        seeds = [reset_seed("train", offset + i, env) for i in range(count)]
+        refuse_test_seeds(stage, env_id, "train", seeds, honours)
+        try:  # the training commands' own guard (split bounds included), where trace_train.envs has it
+            from trace_train.envs import check_train_tasks
+        except ImportError:
+            check_train_tasks = None
+        if check_train_tasks is not None:
+            try:
+                check_train_tasks(env, offset, count)
+            except ValueError as err:
+                raise TestSeedError(f"stage {stage}: {err}") from err
+    finally:
+        env.close()
+    return seeds
+
+
+def set_threads(n: int) -> None:
+    import torch
+
+    if n > 0:
+        torch.set_num_threads(n)
+
+
+def build_tiny_model(directory: Path, seed: int) -> Path:
+    """Write the smoke-test model (see ``TINY_MODEL``) as a Hugging Face directory."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from trace_train.models import resolve_model
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m"))
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    (directory / "trace_model.json").write_text(json.dumps({"kind": TINY_MODEL, "seed": seed}))
+    return directory
+
+
+def load_policy(model: str, dtype: str, adapter: str | None = None):
+    from trace_train.policies.hf import HFPolicy
+
+    return HFPolicy.from_pretrained(model, adapter=adapter, dtype=dtype)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every complete line of a JSONL file (a line cut by a crash is dropped: it is redone on resume)."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return records
+
+
+def write_jsonl(path: Path, records: Iterable[dict[str, Any]], append: bool = False) -> None:
+    with path.open("a" if append else "w", encoding="utf-8") as f:
+        for rec in records:
+            f.write(json.dumps(rec, default=str) + "\n")
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")

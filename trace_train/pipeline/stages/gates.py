@@ -1,0 +1,61 @@
+"""Stage ``gates``: step 4, token-level gates over the capability adapters (``trace compose``).
+
+Calls :func:`trace_train.compose.train.compose`: gate data from each adapter's rollouts on its own capability
+env (train split) plus base text, then only the gates train. The artefact (gates, adapters, manifest) is the
+stage folder itself; an interrupted stage resumes from the compose checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from trace_train.pipeline.runner import StageContext
+from trace_train.pipeline.stages.common import set_threads, train_seeds
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    cfg, g = ctx.config, ctx.config.gates
+    adapters = ctx.upstream["adapters"]["adapters"]
+    if not g.enabled:
+        return {"artefact": None, "summary": "gates disabled by the config (gates.enabled = false)"}
+    if not adapters:
+        return {"artefact": None, "summary": "no adapter to compose"}
+    set_threads(cfg.threads)
+    for info in adapters.values():  # gate data: train tasks 0 .. episodes + base episodes - 1 of each env
+        train_seeds("gates", info["env_id"], 0, g.episodes_per_env + g.base_episodes_per_env)
+    from trace_train.compose.config import ComposeArgs
+    from trace_train.compose.train import compose
+
+    names = list(adapters)
+    args = ComposeArgs(
+        adapters=[adapters[n]["adapter"] for n in names],
+        envs=[adapters[n]["env_id"] for n in names],
+        out=str(ctx.dir),
+        model=ctx.upstream["base"]["model"],
+        names=names,
+        dtype=cfg.base.dtype,
+        seed=cfg.seed,
+        episodes_per_env=g.episodes_per_env,
+        base_episodes_per_env=g.base_episodes_per_env,
+        min_reward=g.min_reward,
+        max_new_tokens=g.max_new_tokens,
+        max_turns=g.max_turns,
+        steps=g.steps,
+        batch_size=g.batch_size,
+        lr=g.lr,
+        save_every=max(1, g.steps // 4),
+        resume=ctx.resume and (ctx.dir / "checkpoints" / "latest").is_file(),
+        tensorboard=False,
+    )
+    started = time.time()
+    ctx.log(f"gate data from {len(names)} adapter env(s), then {g.steps} gate steps")
+    last = compose(args)
+    return {
+        "artefact": str(ctx.dir),
+        "names": names,
+        "final": {k: v for k, v in last.items() if isinstance(v, int | float)},
+        "data_rollouts": len(names) * (g.episodes_per_env + g.base_episodes_per_env),
+        "wall_s": round(time.time() - started, 1),
+        "summary": f"gates over {names}: final loss {last.get('loss', float('nan')):.3f}",
+    }

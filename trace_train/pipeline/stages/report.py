@@ -1,0 +1,296 @@
+"""Stage ``report``: report.md + self-contained report.html from what the other stages wrote in this run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from trace_train.pipeline.report import (
+    Section,
+    bar_plot,
+    fmt,
+    line_plot,
+    p_value,
+    read_json,
+    stacked_share_plot,
+    write_report,
+)
+from trace_train.pipeline.runner import StageContext
+from trace_train.pipeline.stages.common import read_jsonl
+
+
+def _stage_state(directory: Path) -> dict[str, Any]:
+    return read_json(directory / "stage.json") or {}
+
+
+def base_section(ctx: StageContext) -> Section:
+    cfg, base = ctx.config, ctx.upstream["base"]
+    s = Section("Base agent")
+    s.paragraphs.append(
+        f"Model `{cfg.base.model}` ({cfg.base.dtype}); the base agent every stage starts from is `{base['model']}`."
+    )
+    if cfg.base.model == "tiny-random":
+        s.paragraphs.append(
+            "**Smoke test**: the model is a random 2-layer network; it cannot solve the task, so every success "
+            "rate below is expected to be 0 and no comparison is meaningful. This run checks the pipeline, not TRACE."
+        )
+    if base["trained_on"]:
+        rows = [
+            [
+                t["env_id"],
+                t["split"],
+                f"{t['task_indices'][0]}-{t['task_indices'][1]}",
+                fmt(t["oracle_episodes_kept"]),
+                fmt(t["first_loss"]),
+                fmt(t["final_loss"]),
+            ]
+            for t in base["trained_on"]
+        ]
+        s.paragraphs.append(
+            "Warm start: supervised fine-tuning (LoRA, merged) on oracle trajectories of exactly these train-split tasks:"
+        )
+        s.tables.append(
+            (["env", "split", "task indices", "oracle episodes kept", "first loss", "final loss"], rows)
+        )
+    else:
+        s.paragraphs.append("No warm start: the base agent is the model as configured.")
+    r = ctx.upstream["rollouts"]
+    s.after.append(
+        f"On {r['episodes']} train-split tasks of `{cfg.target.env_id}` the base agent passed {r['passed']} and failed {r['failed']} (success {r['passed'] / max(1, r['episodes']):.3f})."
+    )
+    return s
+
+
+def analysis_section(ctx: StageContext) -> Section:
+    a = ctx.upstream["analysis"]
+    d = ctx.upstream_dirs["analysis"]
+    selection = read_json(d / a["selection"])
+    s = Section("Step 1: what failed and why")
+    th = selection["thresholds"]
+    s.paragraphs.append(
+        f"Labels: the target's own requirement checks ({selection['labeller']}). A capability is kept when "
+        f"Cov >= {th['rho']} and Delta >= {th['delta']} in at least {th['k']} of {th['n']} run(s). "
+        f"Full analysis report: `{d.name}/report.html`."
+    )
+    rows = []
+    for c in sorted(selection["capabilities"], key=lambda c: -c["mean_delta"]):
+        rows.append(
+            [
+                c["name"],
+                fmt(c["mean_cov"], 2),
+                fmt(c["mean_er_minus"], 2),
+                fmt(c["mean_er_plus"], 2),
+                fmt(c["mean_delta"], 2),
+                "yes" if c["selected"] else "no",
+            ]
+        )
+    s.tables.append((["capability", "Cov", "ER-", "ER+", "Delta", "selected"], rows))
+    chart = d / "chart.png"
+    if chart.is_file():
+        s.images.append(("analysis_chart.png", chart.read_bytes()))
+    if a["forced"]:
+        s.after.append(
+            f"**Forced** (smoke test, `analysis.force_top_k`): {', '.join(a['forced'])} did not pass the thresholds and were trained anyway."
+        )
+    s.after.append(f"Capabilities trained: {', '.join(a['chosen']) or 'none'}.")
+    return s
+
+
+def synthesis_section(ctx: StageContext) -> Section:
+    s = Section("Step 2: capability environments")
+    syn, cal = ctx.upstream["synthesis"], ctx.upstream["calibration"]
+    if not syn["envs"]:
+        s.paragraphs.append("No environment was synthesised (no capability to train).")
+        return s
+    for env in syn["envs"]:
+        s.paragraphs.append(f"**{env['env_id']}** ({env['capability']}): {env.get('card_summary', '')}")
+    rows = [
+        [
+            c["env_id"],
+            fmt(c.get("difficulty")),
+            fmt(c.get("mean_reward")),
+            fmt(c.get("success_rate")),
+            fmt(c.get("informative_share")),
+            "yes" if c.get("in_band") else "no",
+        ]
+        for c in cal["envs"]
+    ]
+    s.tables.append(
+        (["env", "difficulty chosen", "mean reward", "success", "informative groups", "in band"], rows)
+    )
+    if not cal.get("measured", True):
+        s.after.append("Calibration was disabled by the config: the envs' default difficulties were used.")
+    else:
+        s.after.append("TRACE's band: mean reward and success in [0.2, 0.6], informative groups >= 50%.")
+    return s
+
+
+def adapters_section(ctx: StageContext) -> Section:
+    s = Section("Step 3: one GRPO adapter per capability")
+    adapters = ctx.upstream["adapters"]["adapters"]
+    if not adapters:
+        s.paragraphs.append("No adapter was trained.")
+        return s
+    curves = {cap: info["reward_curve"] for cap, info in adapters.items()}
+    s.images.append(
+        (
+            "adapter_curves.png",
+            line_plot(curves, "GRPO step", "mean reward of the step's rollouts", "training curves"),
+        )
+    )
+    rows = [
+        [
+            cap,
+            info["env_id"],
+            fmt(info["difficulty"]),
+            str(info["steps"]),
+            str(info["rollouts"]),
+            fmt(info["first_reward"]),
+            fmt(info["last_reward"]),
+            fmt(info["wall_s"], 0),
+        ]
+        for cap, info in adapters.items()
+    ]
+    s.tables.append(
+        (
+            ["capability", "env", "difficulty", "steps", "rollouts", "first reward", "last reward", "wall s"],
+            rows,
+        )
+    )
+    return s
+
+
+def gates_section(ctx: StageContext) -> Section:
+    s = Section("Step 4: routing")
+    g = ctx.upstream["gates"]
+    if not g.get("artefact"):
+        s.paragraphs.append(g["summary"])
+        return s
+    metrics = read_jsonl(Path(g["artefact"]) / "metrics.jsonl")
+    shares = {
+        k: [m.get(k) for m in metrics]
+        for k in sorted({k for m in metrics for k in m if k.startswith("share_")})
+    }
+    if shares:
+        s.images.append(
+            (
+                "gate_shares.png",
+                line_plot(shares, "gate step", "share of tokens", "routing during gate training"),
+            )
+        )
+    routing = (
+        read_json(ctx.upstream_dirs["evaluation"] / "routing.json")
+        if "evaluation" in ctx.upstream_dirs
+        else None
+    )
+    if routing:
+        s.images.append(
+            ("routing.png", stacked_share_plot(routing, "MoE routing on the target's test tasks"))
+        )
+    s.paragraphs.append(
+        f"Gates over {', '.join(g['names'])}; final training metrics: "
+        + ", ".join(
+            f"{k} {fmt(v)}" for k, v in g["final"].items() if k in ("loss", "label_accuracy", "share_base")
+        )
+        + "."
+    )
+    return s
+
+
+def evaluation_section(ctx: StageContext) -> Section:
+    cfg, ev = ctx.config, ctx.upstream["evaluation"]
+    rows_in = ev["rows"]
+    s = Section(f"Final table: {cfg.target.env_id}, test split")
+    s.paragraphs.append(
+        f"{rows_in[0]['episodes']} test tasks, the same for every method (greedy decoding). 95% Wilson intervals; "
+        "p: exact McNemar test against the base on the same tasks (gained/lost = tasks the method wins that the base fails, and the reverse). "
+        "Rollouts: training episodes the method cost beyond the base agent (router and MoE: all adapters plus the gate data)."
+    )
+    rows = []
+    for r in rows_in:
+        vs = r.get("vs_base")
+        rows.append(
+            [
+                r["method"],
+                fmt(r["success_rate"]),
+                f"{r['success_ci'][0]:.3f}-{r['success_ci'][1]:.3f}",
+                fmt(r["reward_mean"]),
+                p_value(vs["p_value"]) if vs else "-",
+                f"+{vs['gained']}/-{vs['lost']}" if vs else "-",
+                str(r["train_rollouts"]),
+                fmt(r.get("train_wall_s"), 0),
+                fmt(r["eval_wall_s"], 0),
+            ]
+        )
+    s.tables.append(
+        (
+            [
+                "method",
+                "success",
+                "95% CI",
+                "mean reward",
+                "p vs base",
+                "gained/lost",
+                "rollouts",
+                "train wall s",
+                "eval wall s",
+            ],
+            rows,
+        )
+    )
+    s.images.append(
+        (
+            "final.png",
+            bar_plot(
+                [r["method"] for r in rows_in],
+                [r["success_rate"] for r in rows_in],
+                [tuple(r["success_ci"]) for r in rows_in],
+                "test success",
+            ),
+        )
+    )
+    for method, why in ev["not_run"].items():
+        s.after.append(f"**{method}** not evaluated: {why}.")
+    return s
+
+
+def timing_section(ctx: StageContext) -> Section:
+    s = Section("Stages: wall time and memory")
+    rows = []
+    for name, d in ctx.upstream_dirs.items():
+        st = _stage_state(d)
+        rows.append(
+            [
+                name,
+                fmt(st.get("wall_s"), 1),
+                fmt(st.get("peak_rss_mb"), 0),
+                (ctx.upstream[name].get("summary") or "")[:120],
+            ]
+        )
+    s.tables.append((["stage", "wall s", "peak RSS MB (process, so far)", "result"], rows))
+    total = sum(float(_stage_state(d).get("wall_s") or 0) for d in ctx.upstream_dirs.values())
+    s.after.append(
+        f"Total wall time of the stages above: {total:.0f} s ({total / 60:.1f} min). Peak RSS is the process's maximum up to the end of each stage (stages run in one process)."
+    )
+    return s
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    cfg = ctx.config
+    sections = [
+        base_section(ctx),
+        analysis_section(ctx),
+        synthesis_section(ctx),
+        adapters_section(ctx),
+        gates_section(ctx),
+        evaluation_section(ctx),
+        timing_section(ctx),
+    ]
+    intro = [
+        f"Run `{cfg.name}` on target `{cfg.target.env_id}`, seed {cfg.seed}. Every figure below was measured in this run; "
+        f"the config it ran with is `{Path(cfg.out).name}/run_config.json`."
+    ]
+    paths = write_report(ctx.dir, cfg.report.title, intro, sections)
+    (ctx.dir / "sections.json").write_text(json.dumps([s.title for s in sections]) + "\n")
+    return {"report_md": paths["md"], "report_html": paths["html"], "summary": f"report in {paths['html']}"}

@@ -1,0 +1,51 @@
+"""Stage ``rollouts``: the base agent on the target's train split (step 1's input), via ``trace rollout``.
+
+Calls :func:`trace_gym.analysis.rollouts.rollout` (one JSONL line per finished episode); an interrupted stage
+resumes with the seeds not yet written (``resume=True``), never writing a seed twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trace_train.pipeline.runner import StageContext
+from trace_train.pipeline.stages.common import set_threads, train_seeds
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    from trace_gym.analysis.rollouts import TRAJECTORIES, RolloutArgs, read_trajectories, rollout
+
+    cfg, r = ctx.config, ctx.config.rollouts
+    set_threads(cfg.threads)
+    train_seeds("rollouts", cfg.target.env_id, r.seed_offset, r.episodes)  # refuses test seeds
+    args = RolloutArgs(
+        env_id=cfg.target.env_id,
+        model=ctx.upstream["base"]["model"],
+        out=str(ctx.dir),
+        episodes=r.episodes,
+        split="train",
+        seed_offset=r.seed_offset,
+        max_turns=r.max_turns,
+        batch_size=r.batch_size,
+        temperature=r.temperature,
+        max_new_tokens=r.max_new_tokens,
+        difficulty=cfg.target.difficulty,
+        dtype=cfg.base.dtype,
+        resume=ctx.resume,
+        sampling_seed=cfg.seed if r.temperature > 0 else None,
+    )
+    with ctx.bar("base agent on the train split", r.episodes) as bar:
+        already = len(read_trajectories(ctx.dir / TRAJECTORIES, repair=True)) if ctx.resume else 0
+        bar.update(already)
+        rollout(args, progress=lambda done, _total: bar.update(already + done))
+    records = read_trajectories(ctx.dir / TRAJECTORIES)
+    wins = sum(bool(rec["success"]) for rec in records)
+    return {
+        "file": TRAJECTORIES,
+        "episodes": len(records),
+        "passed": wins,
+        "failed": len(records) - wins,
+        "success_rate": wins / len(records),
+        "generated_tokens": sum(int(rec.get("generated_tokens", 0)) for rec in records),
+        "summary": f"{len(records)} train episodes, {wins} passed",
+    }
