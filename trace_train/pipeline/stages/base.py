@@ -6,6 +6,7 @@ configured model itself, or the smoke-test tiny model), and ``result["trained_on
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from trace_train.pipeline.runner import StageContext
@@ -34,6 +35,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from trace_train.sft import run_sft
 
     trained_on = []
+    started = time.time()
     for i, env_id in enumerate(envs):
         seeds = plans[env_id]
         ctx.log(
@@ -74,4 +76,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
     what = ", ".join(
         f"{t['env_id']} train tasks {t['task_indices'][0]}-{t['task_indices'][1]}" for t in trained_on
     )
-    return {"model": model, "trained_on": trained_on, "summary": f"base agent: {base.model} + SFT on {what}"}
+    return {
+        "model": model,
+        "trained_on": trained_on,
+        "wall_s": round(time.time() - started, 1),
+        "summary": f"base agent: {base.model} + SFT on {what}",
+    }

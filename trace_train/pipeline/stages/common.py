@@ -15,27 +15,30 @@ from trace_train.pipeline.isolation import TestSeedError, refuse_test_seeds
 TINY_MODEL = "tiny-random"
 
 
-def train_seeds(stage: str, env_id: str, offset: int, count: int) -> list[int]:
-    """Reset seeds of ``count`` train-split tasks from ``offset``; refused if any could be a test seed."""
+def train_seeds(stage: str, env_id: str, offset: int, count: int) -> range:
+    """Reset seeds of ``count`` train-split tasks from ``offset``; refused if any could be a test seed.
+
+    Checked before any model is loaded, on the range's ends (seeds are affine in the task index), so even an
+    absurd count is refused at once.
+    """
     from trace_train.envs import honours_splits, make_env, reset_seed
 
     env = make_env(env_id)
     try:
         honours = honours_splits(env)
-        seeds = [reset_seed("train", offset + i, env) for i in range(count)]
-        refuse_test_seeds(stage, env_id, "train", seeds, honours)
-        try:  # the training commands' own guard (split bounds included), where trace_train.envs has it
-            from trace_train.envs import check_train_tasks
-        except ImportError:
-            check_train_tasks = None
-        if check_train_tasks is not None:
-            try:
-                check_train_tasks(env, offset, count)
-            except ValueError as err:
-                raise TestSeedError(f"stage {stage}: {err}") from err
+        try:  # trace_train.envs refuses (ValueError) a training task outside the train split
+            first = reset_seed("train", offset, env)
+            last = reset_seed("train", offset + max(count, 1) - 1, env)
+            from trace_train import envs
+
+            if hasattr(envs, "check_train_tasks"):  # the training commands' own guard (split bounds included)
+                envs.check_train_tasks(env, offset, count)
+        except ValueError as err:
+            raise TestSeedError(f"stage {stage}: {err}") from err
+        refuse_test_seeds(stage, env_id, "train", [first, last], honours)
     finally:
         env.close()
-    return seeds
+    return range(first, last + 1)
 
 
 def set_threads(n: int) -> None:
