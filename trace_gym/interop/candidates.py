@@ -1,0 +1,219 @@
+"""A finite set of sensible candidate actions for the current state of any trace env.
+
+Classic RL libraries need a fixed, finite action space; a chat/tool env has an unbounded one. The candidate set
+is built in *slots*, so that a slot keeps its meaning from episode to episode:
+
+* ``per_tool`` slots per tool, each holding one call of that tool (or one whole turn that starts with it):
+  first the reference solution's calls of the tool not made yet (the instance's oracle), then calls whose
+  arguments are instance values already seen in the conversation (the env's value pool, filtered by what the
+  user said and the tools answered), then calls with arguments drawn from the schema and the value pool;
+* ``replies`` slots of messages to the user: the oracle's replies not sent yet, then generic replies.
+
+Inside a tool's slots (and among the replies) candidates are ordered by a hash of their text, so the oracle's
+call is not always in the same slot: a policy has to tell candidates apart by their features (see
+:mod:`trace_gym.interop.sb3`), not by position. An env can define ``candidate_actions()`` (returning a list
+of actions) to replace all of this; the list is then cut or padded (with generic replies) to the same size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from trace_gym.core.parsing import ActionParseError, parse_action
+from trace_gym.core.spaces import AssistantTurnSpace
+
+GENERIC_REPLIES = (
+    "Could you give me more details about your request?",
+    "Could you please confirm (yes/no)?",
+    "Is there anything else I can help you with?",
+    "I'm sorry, I cannot help with that.",
+)
+VALUE = re.compile(r"[#\w.@+-]+")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate action with what the numeric view needs to describe it."""
+
+    action: dict[str, Any]
+    tool: str | None  # first called tool, None for a reply
+    text: str  # canonical JSON of the action (hash, features)
+    from_oracle: bool  # for diagnostics only; never shown to a policy
+
+
+def canonical(action: dict[str, Any]) -> str:
+    return json.dumps(action, sort_keys=True, ensure_ascii=False)
+
+
+def conversation_values(messages: list[dict[str, Any]]) -> set[str]:
+    """Every value-like token the user said or a tool answered (ids, emails, numbers, words)."""
+    seen: set[str] = set()
+    for message in messages:
+        if message.get("role") in ("user", "tool") and isinstance(message.get("content"), str):
+            seen.update(VALUE.findall(message["content"]))
+    return seen
+
+
+def leaf_values(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [v for item in value.values() for v in leaf_values(item)]
+    if isinstance(value, list):
+        return [v for item in value for v in leaf_values(item)]
+    return [str(value)]
+
+
+class CandidateGenerator:
+    """Candidate actions of the current state of ``env`` (a trace env or a stack of trace wrappers)."""
+
+    def __init__(self, env: gym.Env, per_tool: int = 2, replies: int = 4, seed: int = 0):
+        self.env = env
+        self.tools = _tools(env)
+        self.tool_names = [t["function"]["name"] for t in self.tools]
+        self.per_tool = per_tool
+        self.replies = replies
+        self.size = per_tool * len(self.tool_names) + replies
+        self.seed = seed
+        self.plan: list[Candidate] = []
+        self.rng = np.random.default_rng(seed)
+        self._done: set[str] = set()  # canonical texts of the assistant turns taken so far
+        self._read = 0  # messages of the episode already scanned for them
+
+    def start_episode(self) -> None:
+        """Read the instance's reference solution (once per episode) and reseed the argument draws."""
+        try:
+            plan = list(self.env.get_wrapper_attr("oracle_actions")())
+        except (AttributeError, NotImplementedError):
+            plan = []
+        self.plan = [self._candidate(a, True) for a in plan]
+        self._done, self._read = set(), 0
+        digest = hashlib.sha256(canonical({"plan": [c.text for c in self.plan]}).encode()).digest()
+        self.rng = np.random.default_rng([self.seed, int.from_bytes(digest[:8], "little")])
+
+    def candidates(self, messages: list[dict[str, Any]]) -> list[Candidate]:
+        """Exactly :attr:`size` candidates for the conversation ``messages`` of the current episode."""
+        custom = _custom_candidates(self.env)
+        if custom is not None:
+            return self._fixed_size([self._candidate(a, False) for a in custom])
+        if len(messages) < self._read:
+            raise ValueError("the conversation is shorter than before: call start_episode() after reset()")
+        for message in messages[self._read :]:
+            if message.get("role") == "assistant":
+                self._done.add(canonical(_normal(message)))
+        self._read = len(messages)
+        pending = [c for c in self.plan if c.text not in self._done]
+        seen = conversation_values(messages)
+        slots: list[Candidate] = []
+        for name in self.tool_names:
+            slots += self._tool_slots(name, pending, seen)
+        slots += self._reply_slots(pending)
+        return slots
+
+    # ---- slots --------------------------------------------------------------------------------------------------
+    def _tool_slots(self, name: str, pending: list[Candidate], seen: set[str]) -> list[Candidate]:
+        chosen: dict[str, Candidate] = {}
+        for candidate in pending:
+            if candidate.tool == name and len(chosen) < self.per_tool:
+                chosen.setdefault(candidate.text, candidate)
+        schema = next(t["function"] for t in self.tools if t["function"]["name"] == name)
+        for attempt in range(4 * self.per_tool):
+            if len(chosen) >= self.per_tool:
+                break
+            arguments = self._arguments(
+                schema.get("parameters", {}), seen, prefer_seen=attempt < 2 * self.per_tool
+            )
+            candidate = self._candidate(_call(name, arguments), False, normal=True)
+            chosen.setdefault(candidate.text, candidate)
+        while len(chosen) < self.per_tool:  # tools without parameters have one distinct call: repeat it
+            extra = self._candidate(_call(name, {}), False, normal=True)
+            chosen[f"{extra.text}#{len(chosen)}"] = extra
+        return sorted(chosen.values(), key=self._order)
+
+    def _reply_slots(self, pending: list[Candidate]) -> list[Candidate]:
+        chosen: dict[str, Candidate] = {}
+        for candidate in pending:
+            if candidate.tool is None and len(chosen) < self.replies:
+                chosen.setdefault(candidate.text, candidate)
+        for text in GENERIC_REPLIES:
+            if len(chosen) >= self.replies:
+                break
+            candidate = self._candidate({"content": text}, False, normal=True)
+            chosen.setdefault(candidate.text, candidate)
+        while len(chosen) < self.replies:
+            text = GENERIC_REPLIES[len(chosen) % len(GENERIC_REPLIES)]
+            candidate = self._candidate({"content": text}, False, normal=True)
+            chosen[f"{candidate.text}#{len(chosen)}"] = candidate
+        return sorted(chosen.values(), key=self._order)
+
+    def _arguments(self, schema: dict[str, Any], seen: set[str], prefer_seen: bool) -> dict[str, Any]:
+        space: AssistantTurnSpace = self._space()
+        properties = schema.get("properties", {})
+        required = set(schema.get("required", properties))
+        arguments: dict[str, Any] = {}
+        for key, sub in properties.items():
+            if key not in required:
+                continue
+            pool = [v for v in space.value_pool.get(key, []) if str(v) in seen] if prefer_seen else []
+            if pool and sub.get("type") in ("string", "integer", "number"):
+                arguments[key] = pool[int(self.rng.integers(len(pool)))]
+            elif pool and sub.get("type") == "array":
+                arguments[key] = [pool[int(self.rng.integers(len(pool)))]]
+            else:
+                arguments[key] = space.sample_arguments(sub, self.rng, key)
+        return arguments
+
+    def _space(self) -> AssistantTurnSpace:
+        space = self.env.action_space
+        return space if isinstance(space, AssistantTurnSpace) else AssistantTurnSpace(self.tools)
+
+    def _candidate(self, action: Any, from_oracle: bool, normal: bool = False) -> Candidate:
+        action = action if normal else _normal(action)
+        calls = action.get("tool_calls") or []
+        tool = calls[0]["function"]["name"] if calls else None
+        return Candidate(action, tool, canonical(action), from_oracle)
+
+    def _order(self, candidate: Candidate) -> bytes:
+        return hashlib.sha256(f"{self.seed}:{candidate.text}".encode()).digest()
+
+    def _fixed_size(self, candidates: list[Candidate]) -> list[Candidate]:
+        candidates = candidates[: self.size]
+        while len(candidates) < self.size:
+            text = GENERIC_REPLIES[len(candidates) % len(GENERIC_REPLIES)]
+            candidates.append(self._candidate({"content": text}, False))
+        return candidates
+
+
+def _tools(env: gym.Env) -> list[dict[str, Any]]:
+    try:
+        return list(env.get_wrapper_attr("tools"))
+    except AttributeError:
+        return []
+
+
+def _custom_candidates(env: gym.Env) -> list[Any] | None:
+    try:
+        method = env.get_wrapper_attr("candidate_actions")
+    except AttributeError:
+        return None
+    return list(method())
+
+
+def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"content": "", "tool_calls": [{"function": {"name": name, "arguments": arguments}}]}
+
+
+def _normal(action: Any) -> dict[str, Any]:
+    """An action as ``{"content", "tool_calls": [{"function": {"name", "arguments": dict}}]}`` (ids dropped),
+    so an oracle action and the assistant message it produced compare equal."""
+    try:
+        turn = parse_action(action)
+    except ActionParseError:
+        return {"content": action if isinstance(action, str) else json.dumps(action, default=repr)}
+    calls = [{"function": {"name": c.name, "arguments": c.arguments}} for c in turn.tool_calls]
+    return {"content": turn.content, "tool_calls": calls} if calls else {"content": turn.content}
