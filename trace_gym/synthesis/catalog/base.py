@@ -489,6 +489,7 @@ class CapabilityEnv(ChatToolEnv):
     ablatable_capabilities: ClassVar[tuple[str, ...]] = CAPABILITIES
     difficulty_levels = (1, 2, 3)
     default_difficulty = 1
+    content_split = True  # no test task (up to ids and amounts) ever occurs in the train split
     # How the spec and card describe the family (emission reads these).
     isolates: ClassVar[str] = ""
     transfer_reason: ClassVar[str] = ""
@@ -538,6 +539,10 @@ class CapabilityEnv(ChatToolEnv):
             "details": scenario.details,
         }
         return Episode(system, scenario.state, user, instance, hint=self.hint, value_pool=_pool(scenario))
+
+    def task_key(self) -> str:
+        """The instance with every number masked: ids, prices and zip codes alone do not make a new task."""
+        return re.sub(r"\d+", "0", self.render_instance())
 
     def _goal_met(self) -> bool:
         assert self.scenario is not None and self.world is not None and self.episode is not None
