@@ -109,8 +109,12 @@ def _check_gymnasium(env_id: str, make_kwargs: dict[str, Any]) -> CheckResult:
         env.reset(seed=0)
         env.step(env.action_space.sample())
         env.close()
-    messages = sorted({str(w.message) for w in caught})
-    return CheckResult("check_env", not messages, f"{len(messages)} warnings", "\n".join(messages))
+    # Gymnasium's "is out of date" names a superseded id on purpose (e.g. trace/retail-v0): reported, not failed.
+    superseded = sorted({str(w.message) for w in caught if "is out of date" in str(w.message)})
+    messages = sorted({str(w.message) for w in caught} - set(superseded))
+    return CheckResult(
+        "check_env", not messages, f"{len(messages)} warnings", "\n".join(messages + superseded)
+    )
 
 
 def _rollout(env: ChatToolEnv, actions: list[Any]) -> list[Any]:

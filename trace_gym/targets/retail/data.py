@@ -243,20 +243,38 @@ def make_products(rng: np.random.Generator, ids: IdMaker, sizes: Sizes) -> dict[
     return products
 
 
-def make_address(rng: np.random.Generator) -> dict[str, str]:
+# Zip code ranges of each city's area (v1 on: a zip code matches its state; v0 drew any five digits).
+ZIP_RANGES: dict[str, tuple[int, int]] = {
+    "Austin": (78701, 78759), "Denver": (80201, 80239), "Seattle": (98101, 98199), "Boston": (2108, 2137),
+    "Chicago": (60601, 60661), "Phoenix": (85001, 85054), "Portland": (97201, 97239),
+    "Atlanta": (30301, 30349), "Columbus": (43201, 43240), "Charlotte": (28201, 28288),
+    "San Diego": (92101, 92199), "Nashville": (37201, 37250), "Philadelphia": (19101, 19160),
+    "Houston": (77001, 77099), "Fort Worth": (76101, 76199), "Jacksonville": (32099, 32290),
+}  # fmt: skip
+
+
+def make_address(rng: np.random.Generator, version: int = 0) -> dict[str, str]:
     city, state = pick(rng, CITIES)
     unit = f"Suite {int(rng.integers(100, 1000))}" if rng.random() < 0.4 else ""
+    address1 = f"{int(rng.integers(10, 9999))} {pick(rng, STREETS)}"
+    if version >= 1:
+        low, high = ZIP_RANGES[city]
+        zip_code = f"{int(rng.integers(low, high + 1)):05d}"
+    else:
+        zip_code = f"{int(rng.integers(10000, 99999)):05d}"
     return {
-        "address1": f"{int(rng.integers(10, 9999))} {pick(rng, STREETS)}",
+        "address1": address1,
         "address2": unit,
         "city": city,
         "state": state,
         "country": "USA",
-        "zip": f"{int(rng.integers(10000, 99999)):05d}",
+        "zip": zip_code,
     }
 
 
-def make_user(rng: np.random.Generator, ids: IdMaker, first: str, last: str) -> dict[str, Any]:
+def make_user(
+    rng: np.random.Generator, ids: IdMaker, first: str, last: str, version: int = 0
+) -> dict[str, Any]:
     number = ids.digits(4)
     user_id = f"{first.lower()}_{last.lower()}_{number}"
     methods: dict[str, Any] = {}
@@ -275,7 +293,7 @@ def make_user(rng: np.random.Generator, ids: IdMaker, first: str, last: str) -> 
         "user_id": user_id,
         "name": {"first_name": first, "last_name": last},
         "email": f"{first.lower()}.{last.lower()}{number}@example.com",
-        "address": make_address(rng),
+        "address": make_address(rng, version),
         "payment_methods": methods,
         "orders": [],
     }
@@ -326,7 +344,7 @@ def order_total(order: dict[str, Any]) -> float:
     return money(sum(item["price"] for item in order["items"]))
 
 
-def make_database(rng: np.random.Generator, difficulty: int) -> tuple[State, IdMaker]:
+def make_database(rng: np.random.Generator, difficulty: int, version: int = 0) -> tuple[State, IdMaker]:
     """Products, users (unique names) and their orders, plus the id maker (tasks.py adds orders with it)."""
     sizes = SIZES[difficulty]
     ids = IdMaker(rng)
@@ -336,7 +354,7 @@ def make_database(rng: np.random.Generator, difficulty: int) -> tuple[State, IdM
     users: dict[str, Any] = {}
     orders: dict[str, Any] = {}
     for f, last in zip(firsts, lasts, strict=True):
-        user = make_user(rng, ids, FIRST_NAMES[int(f)], LAST_NAMES[int(last)])
+        user = make_user(rng, ids, FIRST_NAMES[int(f)], LAST_NAMES[int(last)], version)
         users[user["user_id"]] = user
         low, high = sizes.orders_per_user
         for _ in range(int(rng.integers(low, high + 1))):

@@ -65,8 +65,10 @@ class RetailEnv(ChatToolEnv):
 
     capability = ""
     description = (
-        "Retail customer service (tau-bench style): orders, returns, exchanges, policy, scripted user."
+        "Retail customer service (tau-bench style): orders, returns, exchanges, policy, scripted user. "
+        "Superseded by trace/retail-v1 (kept for its golden instances and earlier results)."
     )
+    superseded_by: str | None = "trace/retail-v1"
     difficulty_levels = (1, 2, 3)
     default_difficulty = 2
 

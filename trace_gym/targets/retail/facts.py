@@ -38,3 +38,97 @@ def numbers(text: str) -> list[float]:
 
 def fmt(amount: float) -> str:
     return f"${amount:,.2f}"
+
+
+# ---- v1: a fact counts only when stated as the answer ----------------------------------------------------------
+# An amount is a number written as money: with a currency sign or word, or with cents. Ids (#W1234567,
+# credit_card_1234567), item ids, zip codes, counts and dates are not amounts.
+AMOUNT = re.compile(
+    r"(?<![\w#.,/-])(?P<cur>\$|usd ?|us\$ ?)?(?P<num>\d{1,3}(?:,\d{3})+|\d+)(?P<dec>\.\d{1,2})?"
+    r"(?![\w]|\.\d|,\d{3})(?P<suf> ?(?:dollars|usd|bucks)\b)?",
+    re.IGNORECASE,
+)
+MAX_AMOUNTS_PER_MESSAGE = 6  # a message naming more distinct amounts is a list of candidates: it tells none
+MAX_STATED_PER_NEED = 3  # more distinct amounts stated for one need over a request is guessing: none counts
+PAIR_AFTER, PAIR_BEFORE = 48, 32  # characters between a need's keyword and its amount
+NEED_KEYWORDS: dict[str, re.Pattern[str]] = {
+    "refund_amount": re.compile(r"refund|credited|reimburs|money back|get back|paid back", re.IGNORECASE),
+    "price_difference": re.compile(
+        r"difference|charge|refund|credited|pay|owe|extra|additional", re.IGNORECASE
+    ),
+    "total": re.compile(r"total|together|altogether|combined|in all|sum|overall|add up", re.IGNORECASE),
+}
+STATUSES = ("pending", "processed", "delivered", "cancelled", "canceled", "shipped")
+STATUS_STATED = re.compile(
+    r"\b(?:is|was|has been|had been|been|'s|’s|status(?: is)?:?|status of|currently|already|marked(?: as)?)"
+    r"\s+(?:already\s+|now\s+|currently\s+|still\s+|marked\s+(?:as\s+)?|in\s+(?:the\s+)?)?"
+    r"(pending|processed|delivered|cancelled|canceled|shipped)\b",
+    re.IGNORECASE,
+)
+
+
+def amounts(text: str) -> list[tuple[int, float]]:
+    """(position, value) of every amount of money written in ``text``."""
+    found = []
+    for match in AMOUNT.finditer(text):
+        if not (match.group("cur") or match.group("dec") or match.group("suf")):
+            continue
+        try:
+            found.append(
+                (match.start("num"), float(match.group("num").replace(",", "") + (match.group("dec") or "")))
+            )
+        except ValueError:
+            continue
+    return found
+
+
+def sprayed(text: str) -> bool:
+    """The message lists more distinct amounts than any answer needs."""
+    return len({round(v, 2) for _, v in amounts(text)}) > MAX_AMOUNTS_PER_MESSAGE
+
+
+def stated_amounts(text: str, need: Need) -> set[float]:
+    """Amounts ``text`` states as the answer to ``need``: its only amount, or an amount next to a keyword of
+    the need (the nearest one after it, or the nearest one before it). None from a sprayed message."""
+    found = amounts(text)
+    values = {round(v, 2) for _, v in found}
+    if not found or len(values) > MAX_AMOUNTS_PER_MESSAGE:
+        return set()
+    if len(values) == 1:
+        return values
+    keyword = NEED_KEYWORDS.get(need.name, NEED_KEYWORDS["total"])
+    stated: set[float] = set()
+    for match in keyword.finditer(text):
+        after = [(p, v) for p, v in found if 0 <= p - match.end() <= PAIR_AFTER]
+        before = [(p, v) for p, v in found if 0 <= match.start() - p <= PAIR_BEFORE]
+        if after:
+            stated.add(round(min(after)[1], 2))
+        elif before:
+            stated.add(round(max(before)[1], 2))
+    return stated
+
+
+def stated_status(text: str) -> set[str]:
+    """Order statuses ``text`` states (``is delivered``, ``status: processed``); none when it names three or
+    more different statuses (a list of candidates)."""
+    named = {s for s in STATUSES if re.search(rf"\b{s}\b", text, re.IGNORECASE)}
+    if len(named - {"cancelled", "canceled"}) >= 3 or len(named) >= 4:
+        return set()
+    return {m.group(1).lower().replace("canceled", "cancelled") for m in STATUS_STATED.finditer(text)}
+
+
+def told_v1(need: Need, messages: list[str]) -> bool:
+    """``need`` was stated as the answer in one of ``messages`` (the agent's messages of one request), and not
+    drowned among guesses: at most :data:`MAX_STATED_PER_NEED` distinct amounts stated for it, and exactly one
+    status (the right one) for a word need."""
+    if need.kind == "money":
+        stated: set[float] = set()
+        for text in messages:
+            stated |= stated_amounts(text, need)
+        if len(stated) > MAX_STATED_PER_NEED:
+            return False
+        return any(abs(v - float(need.value)) < 0.005 for v in stated)
+    statuses: set[str] = set()
+    for text in messages:
+        statuses |= stated_status(text)
+    return statuses == {str(need.value).lower()}

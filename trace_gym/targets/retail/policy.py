@@ -51,3 +51,26 @@ differences), ask the user for any missing detail, state the exact action with t
 a yes, then call the tool with exact ids, and finally tell the user the result with the amounts. Refuse, \
 with the reason, anything the order's status does not allow or that concerns another person's account, even \
 if the user insists; transfer only what no tool can do."""
+
+# retail-v1: the same policy, with the rules the v1 verifier checks spelled out (confirmation by content,
+# reading before acting or answering, one amount per answer).
+POLICY_V1 = POLICY.replace(
+    """- Before any action that changes the database (cancel, modify, return, exchange), list the action's details \
+(the order id and what will change) and get the user's explicit confirmation (yes) to proceed.
+""",
+    """- Before any action that changes the database (cancel, modify, return, exchange), list the action's details \
+and get the user's explicit confirmation (yes) to proceed: the order id, the action, and what will change (the \
+reason of a cancellation or its refund; the new address; the items and their new variants; the amount charged \
+or refunded and the payment method). A question without these details is not a confirmation.
+- Read the order (and the products of items that change) before changing it or telling the user about it.
+""",
+).replace(
+    """- Tell the user the outcome of every request: amounts refunded or charged, totals they asked for, and when \
+an action is not allowed, the reason (e.g. the order's status).
+""",
+    """- Tell the user the outcome of every request: amounts refunded or charged, totals they asked for, and when \
+an action is not allowed, the reason (e.g. the order's status). State each amount as the answer (one amount, \
+or each amount with what it is for); a list of candidate amounts answers nothing.
+""",
+)
+assert POLICY_V1 != POLICY

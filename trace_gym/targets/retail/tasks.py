@@ -89,6 +89,14 @@ OUT_OF_SCOPE = (
     ("I would like to open a business account with invoice payments.", "open a business account"),
     ("I want to file a complaint about the courier who delivered my last order.", "complaint about a courier"),
 )  # fmt: skip
+# v1: the summaries as complete phrases after "wants" (v0 wrote "wants to compensation for ...").
+OUT_OF_SCOPE_V1 = (
+    "to dispute a duplicate bank charge",
+    "to change the email address of the account",
+    "compensation for a damaged package",
+    "to open a business account",
+    "to file a complaint about a courier",
+)
 
 
 @dataclass(frozen=True)
@@ -162,6 +170,7 @@ class Request:
     forbidden_order: str | None = None  # another user's order the agent must not touch
     expected_orders: dict[str, Any] = field(default_factory=dict)  # order records once the request is done
     script: list[dict[str, Any]] = field(default_factory=list)  # the oracle's actions
+    asks: list[str] = field(default_factory=list)  # the oracle's questions for hidden user facts (ablations)
 
     @property
     def goal_orders(self) -> set[str]:
@@ -201,6 +210,8 @@ class Task:
     initial_state: State
     expected_state: State
     oracle: list[dict[str, Any]]
+    asks: list[str] = field(default_factory=list)  # the oracle's identity questions (ablations)
+    version: int = 0
 
     @property
     def transfer_required(self) -> bool:
@@ -256,6 +267,7 @@ class Context:
     locks: dict[str, bool] = field(default_factory=dict)  # item id -> the availability it must keep
     cards_paid: set[str] = field(default_factory=set)  # gift cards that pay a difference in a write
     cards_short: set[str] = field(default_factory=set)  # gift cards whose low balance is an obstacle
+    version: int = 0  # generator version: 0 for retail-v0 (output frozen), 1 for retail-v1
 
     @property
     def now(self) -> State:
@@ -450,6 +462,7 @@ def _build_cancel(ctx: Context, r: Request, hidden: float) -> None:
         r.facts.append(UserFact("order_id", f"It's order {oid}.", TRIGGERS["order_id"], exact(oid)))
         r.capabilities.add("information-gathering")
         depends.append("order_id")
+        r.asks.append("Which order is it? Please tell me the order id.")
         script += [
             say("Which order is it? Please tell me the order id."),
             call("get_order_details", order_id=oid),
@@ -491,7 +504,8 @@ def _build_cancel(ctx: Context, r: Request, hidden: float) -> None:
         )
         r.capabilities.add("information-gathering")
         depends.append("reason")
-        script.append(say(f"Could you tell me the reason for cancelling order {oid}?"))
+        r.asks.append(f"Could you tell me the reason for cancelling order {oid}?")
+        script.append(say(r.asks[-1]))
     else:
         r.intro += f", because {REASON_TEXT[reason]}."
     r.writes.append(Write("cancel_pending_order", {"order_id": oid, "reason": reason}, tuple(depends)))
@@ -513,9 +527,9 @@ def _build_cancel(ctx: Context, r: Request, hidden: float) -> None:
 def _build_modify_address(ctx: Context, r: Request, hidden: float) -> None:
     assert r.order_id is not None
     oid = r.order_id
-    address = make_address(ctx.rng)
+    address = make_address(ctx.rng, ctx.version)
     while address == ctx.now["orders"][oid]["address"]:
-        address = make_address(ctx.rng)
+        address = make_address(ctx.rng, ctx.version)
     line = ", ".join(v for v in (address["address1"], address["address2"], address["city"]) if v)
     text = f"{line}, {address['state']} {address['zip']}, {address['country']}"
     r.intro = f"I have moved. Could you change the shipping address of my order {oid} to my new address?"
@@ -524,6 +538,7 @@ def _build_modify_address(ctx: Context, r: Request, hidden: float) -> None:
     r.facts.append(UserFact("address", f"My new address is {text}.", TRIGGERS["address"], markers))
     r.writes.append(Write("modify_pending_order_address", {"order_id": oid, **address}, ("address",)))
     r.reads.append(("get_order_details", oid))
+    r.asks.append(f"What is the new shipping address for order {oid}?")
     r.script = [
         call("get_order_details", order_id=oid),
         say(f"What is the new shipping address for order {oid}?"),
@@ -569,6 +584,7 @@ def _payment_choice(
         r.facts.append(UserFact("payment", pay, TRIGGERS["payment"], ctx.method_markers(method)))
         r.capabilities.add("information-gathering")
         depends.append("payment")
+        r.asks.append(question)
         script.append(say(question))
     else:
         r.intro += " " + pay
@@ -596,10 +612,14 @@ def _build_change_items(ctx: Context, r: Request, hidden: float) -> None:
             _set_available(ctx, item["product_id"], chosen, False)
             _set_available(ctx, item["product_id"], fallback, True)
             first_choice.append(chosen)
-            fallback_phrases.append(changed_options(item["options"], variants[fallback]["options"]))
-            fallback_values += [
-                v for k, v in variants[fallback]["options"].items() if item["options"].get(k) != v
-            ]
+            if ctx.version >= 1:  # every option: the changed ones alone may fit two available variants
+                fallback_phrases.append(options_text(variants[fallback]["options"]))
+                fallback_values += list(variants[fallback]["options"].values())
+            else:
+                fallback_phrases.append(changed_options(item["options"], variants[fallback]["options"]))
+                fallback_values += [
+                    v for k, v in variants[fallback]["options"].items() if item["options"].get(k) != v
+                ]
             phrases.append(
                 f"the {item['name']} to the one with {changed_options(item['options'], variants[chosen]['options'])}"
             )
@@ -793,11 +813,13 @@ def _build_refuse_other(ctx: Context, r: Request, hidden: float) -> None:
 
 
 def _build_transfer(ctx: Context, r: Request, hidden: float) -> None:
-    text, summary = OUT_OF_SCOPE[int(ctx.rng.integers(len(OUT_OF_SCOPE)))]
+    index = int(ctx.rng.integers(len(OUT_OF_SCOPE)))
+    text, summary = OUT_OF_SCOPE[index]
     r.intro = text
     r.transfer = True
     r.capabilities.add("policy-adherence")
-    r.script = [call("transfer_to_human_agents", summary=f"User {ctx.user['user_id']} wants to {summary}.")]
+    wants = OUT_OF_SCOPE_V1[index] if ctx.version >= 1 else f"to {summary}"
+    r.script = [call("transfer_to_human_agents", summary=f"User {ctx.user['user_id']} wants {wants}.")]
 
 
 def _build_query(ctx: Context, r: Request, hidden: float) -> None:
@@ -807,6 +829,9 @@ def _build_query(ctx: Context, r: Request, hidden: float) -> None:
     total = money(sum(order_total(ctx.now["orders"][o]) for o in chosen))
     r.intro = f"First, could you tell me how much my {status} orders cost in total?"
     r.capabilities.add("structured-reasoning")
+    if ctx.version >= 1:  # the total is a fact only the orders' records give: read them before telling it
+        r.capabilities.add("precondition-checking")
+        r.reads += [("get_order_details", o) for o in chosen]
     r.reasoned = True
     r.needs.append(Need("total", "money", total))
     r.script = [
@@ -862,12 +887,17 @@ def _kinds(rng: np.random.Generator, level: Level) -> list[str]:
     return ordered
 
 
-def generate_task(rng: np.random.Generator, difficulty: int) -> Task:
-    """Draw the database and a task on it; everything comes from ``rng``."""
-    state, ids = make_database(rng, difficulty)
+def generate_task(rng: np.random.Generator, difficulty: int, version: int = 0) -> Task:
+    """Draw the database and a task on it; everything comes from ``rng``.
+
+    ``version`` 0 is ``trace/retail-v0``'s generator, frozen (golden hashes); 1 is ``trace/retail-v1``'s:
+    zip codes that match the state, unambiguous fallback wording, grammatical transfer summaries, and the
+    capability declarations the v1 verifier labels (policy-adherence on every write, information-gathering
+    on every task, precondition-checking on totals, multi-step-completion on every multi-request task)."""
+    state, ids = make_database(rng, difficulty, version)
     level = LEVELS[difficulty]
     user = state["users"][pick(rng, sorted(state["users"]))]
-    ctx = Context(rng, difficulty, state, ids, user)
+    ctx = Context(rng, difficulty, state, ids, user, version=version)
     kinds = _kinds(rng, level)
     requests = [prepare(ctx, kind) for kind in kinds]
     # Shuffle the user's order list so that the task's orders are not simply the last ones.
@@ -883,6 +913,7 @@ def generate_task(rng: np.random.Generator, difficulty: int) -> Task:
     auth = "old_email" if ctx.chance(level.old_email) else pick(rng, ("email", "email", "email", "name_zip"))
     user_id = user["user_id"]
     oracle: list[dict[str, Any]] = []
+    asks: list[str] = []
     if auth == "old_email":
         old = f"{first.lower()}{int(rng.integers(10, 99))}@{pick(rng, ('oldmail.com', 'mail.net', 'inbox.org'))}"
         opening = f"Hi! My email is {old}. " + requests[0].intro
@@ -890,11 +921,12 @@ def generate_task(rng: np.random.Generator, difficulty: int) -> Task:
             UserFact("email", f"The only email I know is {old}.", TRIGGERS["email"], exact(old)),
             UserFact("name_zip", name_zip, TRIGGERS["name_zip"] + TRIGGERS["not_found"], name_zip_markers),
         ]
+        asks.append(
+            "I could not find an account with that email. Could you tell me your first and last name and your zip code?"
+        )
         oracle += [
             call("find_user_id_by_email", email=old),
-            say(
-                "I could not find an account with that email. Could you tell me your first and last name and your zip code?"
-            ),
+            say(asks[-1]),
             call("find_user_id_by_name_zip", first_name=first, last_name=last, zip=zip_code),
         ]
     elif auth == "name_zip":
@@ -904,8 +936,11 @@ def generate_task(rng: np.random.Generator, difficulty: int) -> Task:
             UserFact("email", forgot, TRIGGERS["email"], exact(zip_code)),
             UserFact("name_zip", name_zip, TRIGGERS["name_zip"], name_zip_markers),
         ]
+        asks.append(
+            "I can help with that. First, could you tell me your email so that I can authenticate you?"
+        )
         oracle += [
-            say("I can help with that. First, could you tell me your email so that I can authenticate you?"),
+            say(asks[-1]),
             call("find_user_id_by_name_zip", first_name=first, last_name=last, zip=zip_code),
         ]
     else:
@@ -914,8 +949,11 @@ def generate_task(rng: np.random.Generator, difficulty: int) -> Task:
             UserFact("email", f"My email is {user['email']}.", TRIGGERS["email"], exact(user["email"])),
             UserFact("name_zip", name_zip, TRIGGERS["name_zip"], name_zip_markers),
         ]
+        asks.append(
+            "I can help with that. First, could you tell me your email so that I can authenticate you?"
+        )
         oracle += [
-            say("I can help with that. First, could you tell me your email so that I can authenticate you?"),
+            say(asks[-1]),
             call("find_user_id_by_email", email=user["email"]),
         ]
     oracle.append(call("get_user_details", user_id=user_id))
@@ -924,7 +962,17 @@ def generate_task(rng: np.random.Generator, difficulty: int) -> Task:
     capabilities = set().union(*(r.capabilities for r in requests))
     if auth == "old_email":
         capabilities.add("error-recovery")
-    if sum(len(r.writes) for r in requests) >= 2:
+    if version >= 1:
+        for request in requests:
+            if request.writes:  # every write needs a confirmation that names it: a policy rule
+                request.capabilities.add("policy-adherence")
+        capabilities = set().union(*(r.capabilities for r in requests))
+        capabilities.add("information-gathering")  # the user's identity is always asked for
+        if auth == "old_email":
+            capabilities.add("error-recovery")
+        if len(requests) >= 2:
+            capabilities.add("multi-step-completion")
+    elif sum(len(r.writes) for r in requests) >= 2:
         capabilities.add("multi-step-completion")
     return Task(
         user_id=user_id,
@@ -936,4 +984,6 @@ def generate_task(rng: np.random.Generator, difficulty: int) -> Task:
         initial_state=state,
         expected_state=ctx.now,
         oracle=oracle,
+        asks=asks,
+        version=version,
     )
