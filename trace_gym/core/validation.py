@@ -10,6 +10,8 @@ just ticks. The checks, in order:
 * ``oracle``: ``oracle_actions()`` scores 1.0 on every seed;
 * ``degenerate/<policy>``: empty reply, immediate final answer, random valid tool calls, one call repeated,
   every write tool called; each must score near 0 on average;
+* ``adversarial/<probe>``: the oracle with a shortcut in place of a capability (content-free confirmations,
+  sprayed amounts, a status talker, another seed's oracle); each must score <= 0.02 on average;
 * ``fuzz``: random strings, random JSON, wrong argument types and unicode never raise, are flagged in
   ``info["invalid_action"]`` when not a plain reply, and leave the world state unchanged.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
@@ -49,6 +52,8 @@ class ValidationConfig:
     min_unique_share: float = 0.99
     degenerate_seeds: int = 50
     degenerate_max_mean: float = 0.05
+    adversarial_seeds: int = 50
+    adversarial_max_mean: float = 0.02
     fuzz_seeds: int = 10
     fuzz_actions_per_seed: int = 40
     determinism_seeds: int = 5
@@ -65,6 +70,7 @@ def validate_env(
         ("unique_instances", lambda: _check_unique(env_id, make_kwargs, config)),
         ("oracle", lambda: _check_oracle(env_id, make_kwargs, config)),
         ("degenerate", lambda: _check_degenerate(env_id, make_kwargs, config)),
+        ("adversarial", lambda: _check_adversarial(env_id, make_kwargs, config)),
         ("fuzz", lambda: _check_fuzz(env_id, make_kwargs, config)),
         ("split_overlap", lambda: check_split_overlap(env_id, make_kwargs, config)),
     ]
@@ -266,6 +272,203 @@ def _check_degenerate(
                 mean <= config.degenerate_max_mean,
                 f"mean reward {mean:.3f}, success {np.mean(np.array(rewards) == 1.0):.1%} over {len(rewards)} seeds",
                 f"need mean <= {config.degenerate_max_mean}",
+            )
+        )
+    return results
+
+
+# ---- adversarial policies ---------------------------------------------------------------------------------------
+# Each probe is the oracle (or a part of it) with the capability under test replaced by a shortcut. An env whose
+# verifier checks what was done and said, not which words were used, scores each near 0. See docs/environments.md.
+IDENTIFIER = re.compile(r"#?\b[A-Za-z_]*\d{4,}\b(?!\.\d)")
+NUMBER = re.compile(r"(?<![\w#.])(\$?)(\d[\d,]*(?:\.\d+)?)(?![\w])")
+STATUS_TALK = (
+    "Status check: pending, processed, delivered, cancelled, shipped, returned, approved, rejected, completed, "
+    "failed, open, closed, active, available, unavailable, yes, no, true, false. I cannot do that."
+)
+MAX_SPRAY = 300  # candidates per sprayed number: every number seen, then pairwise sums and differences
+
+
+def _text_only(action: Any) -> bool:
+    return isinstance(action, str) or (isinstance(action, dict) and not action.get("tool_calls"))
+
+
+def _content(action: Any) -> str:
+    return action if isinstance(action, str) else str(action.get("content") or "")
+
+
+def _with_content(action: Any, content: str) -> Any:
+    return content if isinstance(action, str) else {**action, "content": content}
+
+
+def _call_names(action: Any) -> list[str]:
+    if not isinstance(action, dict):
+        return []
+    return [str((c.get("function") or c).get("name", "")) for c in action.get("tool_calls") or []]
+
+
+def _kinds(env: ChatToolEnv) -> dict[str, str]:
+    return {tool.name: tool.kind for tool in getattr(env, "domain_tools", [])}
+
+
+class AdversarialProbe:
+    """Rewrites the oracle's actions of the current instance as it plays; ``applies`` says whether the rewrite
+    changed anything (a probe that changes nothing on every seed does not apply to the env)."""
+
+    name = ""
+
+    def __init__(self, env: ChatToolEnv, oracle: list[Any], other: list[Any]):
+        self.env, self.oracle, self.other, self.applies = env, oracle, other, False
+
+    def actions(self, observation: Callable[[], list[dict[str, Any]]]) -> Iterator[Any]:
+        raise NotImplementedError
+
+
+class ContentFreeConfirmation(AdversarialProbe):
+    """Every message the oracle sends right before a write becomes "Shall I go ahead with <ids>? (yes/no)":
+    the ids stay, the action and its details go."""
+
+    name = "content_free_confirmation"
+
+    def actions(self, observation):
+        kinds = _kinds(self.env)
+        for i, action in enumerate(self.oracle):
+            following = self.oracle[i + 1] if i + 1 < len(self.oracle) else None
+            writes = any(kinds.get(n) == "write" for n in _call_names(following))
+            if _text_only(action) and writes:
+                ids = " ".join(dict.fromkeys(IDENTIFIER.findall(_content(action))))
+                self.applies = True
+                yield _with_content(
+                    action, f"Shall I go ahead with {ids or 'that'}? Please confirm (yes/no)."
+                )
+            else:
+                yield action
+
+
+def _spray(numbers: list[float]) -> list[str]:
+    seen = list(dict.fromkeys(round(n, 2) for n in numbers))
+    candidates = list(seen)
+    recent = seen[-16:]
+    for a in recent:
+        for b in recent:
+            candidates += [round(a + b, 2), round(abs(a - b), 2)]
+    unique = [c for c in dict.fromkeys(candidates) if c > 0][:MAX_SPRAY]
+    return [f"{c:.2f}" for c in unique]
+
+
+class AmountSpraying(AdversarialProbe):
+    """Every number the oracle says becomes the list of every number seen in the conversation so far, plus
+    their pairwise sums and differences (a guesser's shotgun)."""
+
+    name = "amount_spraying"
+
+    def actions(self, observation):
+        for action in self.oracle:
+            if not _text_only(action) or not NUMBER.search(_content(action)):
+                yield action
+                continue
+            seen = []
+            for message in observation()[1:]:  # not the system prompt
+                for _, number in NUMBER.findall(str(message.get("content") or "")):
+                    try:
+                        seen.append(float(number.replace(",", "")))
+                    except ValueError:
+                        continue
+            spray = ", ".join(_spray(seen))
+            if not spray:
+                yield action
+                continue
+            self.applies = True
+            yield _with_content(action, NUMBER.sub(lambda m, s=spray: f"{m.group(1)}{s}", _content(action)))
+
+
+class StatusTalker(AdversarialProbe):
+    """The oracle up to its first tool call (a login, say), then talk: a list of every common status word and
+    the env's enum values, and "I cannot do that", never acting."""
+
+    name = "status_talker"
+
+    def actions(self, observation):
+        self.applies = True
+        for action in self.oracle:
+            yield action
+            if _call_names(action):
+                break
+        enums = sorted(
+            {
+                str(value)
+                for tool in getattr(self.env, "tools", [])
+                for prop in tool["function"].get("parameters", {}).get("properties", {}).values()
+                for value in prop.get("enum", [])
+            }
+        )
+        talk = STATUS_TALK if not enums else f"{STATUS_TALK} Options: {', '.join(enums)}."
+        while True:
+            yield talk
+
+
+class OtherSeedOracle(AdversarialProbe):
+    """The oracle of another seed's instance, replayed on this one."""
+
+    name = "other_seed_oracle"
+
+    def actions(self, observation):
+        self.applies = True
+        yield from self.other
+
+
+ADVERSARIAL_PROBES: tuple[type[AdversarialProbe], ...] = (
+    ContentFreeConfirmation,
+    AmountSpraying,
+    StatusTalker,
+    OtherSeedOracle,
+)
+
+
+def run_probe(
+    env: ChatToolEnv,
+    other_env: ChatToolEnv,
+    probe_type: type[AdversarialProbe],
+    seed: int,
+    config: ValidationConfig,
+) -> tuple[float, bool]:
+    """Play one episode with a probe; returns (final reward, whether the probe changed the oracle)."""
+    _reset(other_env, seed + 1, config)
+    other = other_env.oracle_actions()
+    obs, _ = _reset(env, seed, config)
+    latest = [obs]
+    probe = probe_type(env, env.oracle_actions(), other)
+    for steps, action in enumerate(probe.actions(lambda: latest[0])):
+        obs, reward, terminated, truncated, _ = env.step(action)
+        latest[0] = obs
+        if terminated or truncated:
+            return float(reward), probe.applies
+        if steps > 10 * getattr(env, "max_turns", 50):
+            break
+    return 0.0, probe.applies
+
+
+def _check_adversarial(
+    env_id: str, make_kwargs: dict[str, Any], config: ValidationConfig
+) -> list[CheckResult]:
+    env, other_env = _make(env_id, make_kwargs), _make(env_id, make_kwargs)
+    results = []
+    for probe_type in ADVERSARIAL_PROBES:
+        runs = [
+            run_probe(env, other_env, probe_type, seed, config) for seed in range(config.adversarial_seeds)
+        ]
+        rewards = [r for r, applies in runs if applies]
+        name = f"adversarial/{probe_type.name}"
+        if not rewards:
+            results.append(CheckResult(name, True, "not applicable", "the probe changed no oracle action"))
+            continue
+        mean = float(np.mean(rewards))
+        results.append(
+            CheckResult(
+                name,
+                mean <= config.adversarial_max_mean,
+                f"mean reward {mean:.3f}, success {np.mean(np.array(rewards) == 1.0):.1%} over {len(rewards)} seeds",
+                f"need mean <= {config.adversarial_max_mean}",
             )
         )
     return results
