@@ -28,9 +28,11 @@ COMMAND_MODULES: tuple[str, ...] = (
     "trace_gym.synthesis.commands",
     "trace_train.pipeline.commands",
     "trace_gym.interop.commands",
+    "trace_train.compose.commands",
 )
 UNAVAILABLE_NAMES: dict[str, tuple[str, ...]] = {
     "trace_train.commands": ("train", "sft", "evaluate"),
+    "trace_train.compose.commands": ("compose", "compare"),
     "trace_train.pipeline.commands": ("run", "demo"),
 }
 

@@ -39,9 +39,11 @@ def test_forced_slot_reproduces_that_adapter_exactly(composition, compose_base, 
 
 
 @torch.no_grad()
-def test_top1_routing_per_token_and_only_chosen_adapters_computed(composition, monkeypatch):
+@pytest.mark.parametrize("path", ["grouped", "per_token"])
+def test_top1_routing_per_token_and_only_chosen_adapters_computed(composition, monkeypatch, path):
     """Layer 0 sees the same input whatever the routing, so each token's q_proj output must equal the
-    forced-slot output of the slot its gate chose; and adapter k's A only ever sees k's tokens."""
+    forced-slot output of the slot its gate chose; and (grouped path) adapter k's A only sees k's tokens."""
+    monkeypatch.setattr(compose_model, "PER_TOKEN_MAX", 0 if path == "grouped" else 10_000)
     randomise_gates(composition)
     x = ids(batch=3, length=17)
     q0 = composition.routed["model.layers.0.self_attn.q_proj"]
@@ -73,6 +75,9 @@ def test_top1_routing_per_token_and_only_chosen_adapters_computed(composition, m
         rows = slots == k
         torch.testing.assert_close(routed_out[rows], forced[rows], rtol=0, atol=1e-6)
     hook.remove()
+    if path == "per_token":
+        assert not [c for c in calls if c[0] in {a.data_ptr() for a in q0.lora_A}]
+        return
     # every A matmul of layer 0's q_proj ran on exactly the tokens of its slot, never on all tokens
     for k in range(1, 4):
         a_ptr = q0.lora_A[k - 1].data_ptr()

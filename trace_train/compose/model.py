@@ -27,6 +27,9 @@ from torch import nn
 from torch.nn import functional as F
 
 BASE_SLOT = 0
+# Up to this many tokens per forward with mixed slots (decode steps), a token's update is computed with its
+# own gathered adapter weights (a fixed number of ops) instead of one group per slot.
+PER_TOKEN_MAX = 64
 # Benchmarks set this to label the gate / gather / matmul / scatter regions for torch.profiler.
 PROFILE = False
 
@@ -47,6 +50,7 @@ class RoutingPlan:
     groups: list[tuple[int, torch.Tensor | None]]  # (slot >= 1, row indices or None = every row)
     st_scale: torch.Tensor | None = None  # (T,) straight-through factor, training only
     dense: torch.Tensor | None = None  # (T, N+1) mixing weights when every slot is computed (benchmarks)
+    per_token: bool = False  # few tokens (decode): gather each token's adapter weights instead of its rows
     _gathered: tuple[torch.Tensor, list[torch.Tensor]] | None = field(default=None, repr=False)
 
     def gathered(self, x: torch.Tensor) -> list[torch.Tensor]:
@@ -110,7 +114,9 @@ class LayerGate(nn.Module):
             if self.force is None and torch.is_grad_enabled() and self.proj.weight.requires_grad:
                 p = logits.softmax(-1).gather(1, slots[:, None]).squeeze(1)
                 st_scale = p / p.detach()
-            self.plan = RoutingPlan(slots=slots, groups=groups, st_scale=st_scale)
+            mixed = bool(groups) and not (len(groups) == 1 and groups[0][1] is None)
+            per_token = mixed and st_scale is None and total <= PER_TOKEN_MAX
+            self.plan = RoutingPlan(slots=slots, groups=groups, st_scale=st_scale, per_token=per_token)
             return self.plan
 
 
@@ -137,6 +143,7 @@ class RoutedLoRALinear(nn.Module):
         self.scaling = list(scaling)
         self.in_features, self.out_features = base_layer.in_features, base_layer.out_features
         object.__setattr__(self, "_gate", gate)  # not a submodule: the gate belongs to the decoder layer
+        self._stack_cache: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def weight(self) -> torch.Tensor:  # for code that inspects ``module.weight`` (dtype/device checks)
@@ -148,9 +155,12 @@ class RoutedLoRALinear(nn.Module):
         if plan is None or not plan.groups:
             return out
         shape = out.shape
-        flat_out = out.reshape(-1, self.out_features)
-        parts = plan.gathered(x.reshape(-1, self.in_features))
-        for (slot, idx), xs in zip(plan.groups, parts, strict=True):
+        flat_out = out.reshape(-1, self.out_features)  # a view: the adds below write into ``out``
+        flat_x = x.reshape(-1, self.in_features)
+        if plan.per_token:
+            self._per_token_update(flat_x, flat_out, plan.slots)
+            return out
+        for (slot, idx), xs in zip(plan.groups, plan.gathered(flat_x), strict=True):
             k = slot - 1
             a, b = self.lora_A[k], self.lora_B[k]
             with _region("compose.lora_matmul"):
@@ -161,11 +171,45 @@ class RoutedLoRALinear(nn.Module):
                     scale = plan.st_scale if idx is None else plan.st_scale.index_select(0, idx)
                     y = y * scale[:, None].to(y.dtype)
             with _region("compose.scatter"):
+                # in place: the base linear's backward needs its input, not its output
                 if idx is None:
-                    flat_out = flat_out + y.to(flat_out.dtype)
+                    flat_out.add_(y.to(flat_out.dtype))
                 else:
-                    flat_out = flat_out.index_add(0, idx, y.to(flat_out.dtype))
+                    flat_out.index_add_(0, idx, y.to(flat_out.dtype))
         return flat_out.reshape(shape)
+
+    def _stacked(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A and B of every slot stacked (slot 0 = zeros, ranks zero-padded, scaling folded into B)."""
+        a0 = self.lora_A[0]
+        cached = self._stack_cache
+        if cached is not None and cached[0].dtype == a0.dtype and cached[0].device == a0.device:
+            return cached
+        rank = max(a.shape[0] for a in self.lora_A)
+        slots = len(self.lora_A) + 1
+        big_a = a0.new_zeros(slots, rank, self.in_features)
+        big_b = a0.new_zeros(slots, self.out_features, rank)
+        with torch.no_grad():
+            for k, (a, b) in enumerate(zip(self.lora_A, self.lora_B, strict=True), start=1):
+                big_a[k, : a.shape[0]] = a
+                big_b[k, :, : b.shape[1]] = b * self.scaling[k - 1]
+        self._stack_cache = (big_a, big_b)
+        return self._stack_cache
+
+    def _per_token_update(self, flat_x: torch.Tensor, flat_out: torch.Tensor, slots: torch.Tensor) -> None:
+        """Decode-sized batches: each token's own adapter weights, gathered by slot, in two batched matmuls.
+
+        Same work per token as the grouped path (one adapter), but a fixed handful of ops per linear instead
+        of five per occupied slot; with a few tokens per step the per-op overhead is what costs.
+        """
+        big_a, big_b = self._stacked()
+        with _region("compose.gather"):
+            a = big_a.index_select(0, slots)  # (T, r, in)
+            b = big_b.index_select(0, slots)  # (T, out, r)
+        with _region("compose.lora_matmul"):
+            h = torch.bmm(a, flat_x.to(a.dtype).unsqueeze(-1))  # (T, r, 1)
+            y = torch.bmm(b, h).squeeze(-1)
+        with _region("compose.scatter"):
+            flat_out.add_(y.to(flat_out.dtype))
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, adapters={len(self.lora_A)}"
