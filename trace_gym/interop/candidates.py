@@ -4,10 +4,17 @@ Classic RL libraries need a fixed, finite action space; a chat/tool env has an u
 is built in *slots*, so that a slot keeps its meaning from episode to episode:
 
 * ``per_tool`` slots per tool, each holding one call of that tool (or one whole turn that starts with it):
-  first the reference solution's calls of the tool not made yet (the instance's oracle), then calls whose
-  arguments are instance values already seen in the conversation (the env's value pool, filtered by what the
-  user said and the tools answered), then calls with arguments drawn from the schema and the value pool;
-* ``replies`` slots of messages to the user: the oracle's replies not sent yet, then generic replies.
+  first the reference solution's calls of the tool not made yet (the instance's oracle) *whose ids and numbers
+  the conversation has already shown*, then calls whose arguments are instance values already seen (the
+  env's value pool, filtered by what the user said and the tools answered), then calls with arguments drawn
+  from the schema and the value pool (guesses);
+* ``replies`` slots of messages to the user: the oracle's replies not sent yet whose ids and numbers are
+  known, then generic replies.
+
+The "known" filter keeps the candidates honest: an oracle call or reply is offered only once an agent could
+have written it from the conversation (every token with a digit, ``@`` or ``#`` in it occurs in what the
+system, the user or the tools said, or is an enum value of the schema), so a policy cannot skip the lookups
+that reveal an id or an amount. Plain words are always writable.
 
 Inside a tool's slots (and among the replies) candidates are ordered by a hash of their text, so the oracle's
 call is not always in the same slot: a policy has to tell candidates apart by their features (see
@@ -36,6 +43,8 @@ GENERIC_REPLIES = (
     "I'm sorry, I cannot help with that.",
 )
 VALUE = re.compile(r"[#\w.@+-]+")
+# Tokens an agent cannot make up: they carry a digit, an email "@" or an id "#".
+ID_LIKE = re.compile(r"[#\w.@+-]*[\d@#][#\w.@+-]*")
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,7 @@ class CandidateGenerator:
         self.env = env
         self.tools = _tools(env)
         self.tool_names = [t["function"]["name"] for t in self.tools]
+        self._schemas = {t["function"]["name"]: t["function"].get("parameters", {}) for t in self.tools}
         self.per_tool = per_tool
         self.replies = replies
         self.size = per_tool * len(self.tool_names) + replies
@@ -109,11 +119,37 @@ class CandidateGenerator:
         self._read = len(messages)
         pending = [c for c in self.plan if c.text not in self._done]
         seen = conversation_values(messages)
+        said = "\n".join(
+            str(m.get("content") or "") for m in messages if m.get("role") in ("system", "user", "tool")
+        )
+        pending = [c for c in pending if self._known(c, said)]
         slots: list[Candidate] = []
         for name in self.tool_names:
             slots += self._tool_slots(name, pending, seen)
         slots += self._reply_slots(pending)
         return slots
+
+    def _known(self, candidate: Candidate, said: str) -> bool:
+        """Whether every id-like token of the candidate occurs in ``said`` or is an enum value of its tool."""
+        enums: set[str] = set()
+        for call in candidate.action.get("tool_calls") or []:
+            schema = self._schemas.get(call["function"]["name"], {})
+            for spec in schema.get("properties", {}).values():
+                enums.update(str(v) for v in spec.get("enum", []) if isinstance(spec, dict))
+        values = [candidate.action.get("content") or ""]
+        values += [
+            v
+            for c in candidate.action.get("tool_calls") or []
+            for v in leaf_values(c["function"]["arguments"])
+        ]
+        for value in values:
+            if value in enums:
+                continue
+            for token in ID_LIKE.findall(value):
+                token = token.strip(".-+")
+                if token and token not in said:
+                    return False
+        return True
 
     # ---- slots --------------------------------------------------------------------------------------------------
     def _tool_slots(self, name: str, pending: list[Candidate], seen: set[str]) -> list[Candidate]:

@@ -14,6 +14,7 @@ connection is reopened once per request.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 from typing import Any
@@ -144,9 +145,8 @@ class RemoteEnv(gym.Env[list, Any]):
 
     def close(self) -> None:
         if self.session_id is not None:
-            try:
+            # Already expired, or the server is gone: nothing left to free.
+            with contextlib.suppress(RemoteEnvError):
                 self.client.request("POST", "/close", {"session_id": self.session_id})
-            except RemoteEnvError:
-                pass  # already expired or the server is gone: nothing left to free
             self.session_id = None
         self.client.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -31,10 +32,8 @@ def cmd_env_serve(args: argparse.Namespace) -> int:
     # The first line says where to connect (with --port 0 the OS picks the port), for scripts and tests.
     print(f"serving {env_id} on {server.address}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
+    with contextlib.suppress(KeyboardInterrupt, SystemExit):
         server.serve_forever()
-    except (KeyboardInterrupt, SystemExit):
-        pass
     return 0
 
 

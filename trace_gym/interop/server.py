@@ -325,8 +325,9 @@ def _handler(server: EnvServer) -> type[BaseHTTPRequestHandler]:
             path = urlparse(self.path).path
             try:
                 self._raw = self._read()
-            except RequestError:
-                self._answer(lambda: _raise(err), path)
+            except RequestError as err:
+                failure = err  # bound here: Python unbinds ``err`` when the except block ends
+                self._answer(lambda: _raise(failure), path)
                 return
             routes = {
                 "/reset": lambda: server.reset(self._body(optional=True)),

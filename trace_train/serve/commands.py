@@ -1,0 +1,53 @@
+"""``trace serve``: a trace policy behind an OpenAI-compatible chat endpoint (see :mod:`trace_train.serve`)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from trace_train.serve.loader import load_policy
+    from trace_train.serve.server import PolicyServer
+
+    policy = load_policy(args.policy, adapter=args.adapter, dtype=args.dtype, device=args.device)
+    server = PolicyServer(
+        policy,
+        model_name=args.served_model_name or args.policy,
+        host=args.host,
+        port=args.port,
+        max_batch=args.max_batch,
+        batch_window=args.batch_window,
+    )
+    # The first line says where to connect (with --port 0 the OS picks the port), for scripts and tests.
+    print(f"serving {server.model_name} on {server.address}/v1", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with contextlib.suppress(KeyboardInterrupt, SystemExit):
+        server.serve_forever()
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    serve = subparsers.add_parser(
+        "serve", help="serve a policy as an OpenAI-compatible /v1/chat/completions endpoint (docs/interop.md)"
+    )
+    serve.add_argument(
+        "policy",
+        help="model alias or HF directory (smollm2-135m, ./runs/sft), compose:DIR (a composed model), "
+        "or py:MODULE:NAME (a Policy object or factory)",
+    )
+    serve.add_argument("--adapter", default=None, help="PEFT LoRA adapter directory on top of the model")
+    serve.add_argument(
+        "--served-model-name", default=None, help="the 'model' clients send (default: the spec)"
+    )
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000, help="port (0: any free port, printed at start)")
+    serve.add_argument("--dtype", default="float32")
+    serve.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)")
+    serve.add_argument("--max-batch", type=int, default=8, help="concurrent requests generated in one batch")
+    serve.add_argument(
+        "--batch-window", type=float, default=0.005, help="seconds to wait for a batch to fill"
+    )
+    serve.set_defaults(func=cmd_serve)
