@@ -29,11 +29,13 @@ COMMAND_MODULES: tuple[str, ...] = (
     "trace_train.pipeline.commands",
     "trace_gym.interop.commands",
     "trace_train.compose.commands",
+    "trace_train.serve.commands",
 )
 UNAVAILABLE_NAMES: dict[str, tuple[str, ...]] = {
     "trace_train.commands": ("train", "sft", "evaluate"),
     "trace_train.compose.commands": ("compose", "compare"),
     "trace_train.pipeline.commands": ("run", "demo"),
+    "trace_train.serve.commands": ("serve",),
 }
 
 
