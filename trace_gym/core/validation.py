@@ -383,17 +383,19 @@ class AmountSpraying(AdversarialProbe):
 
 
 class StatusTalker(AdversarialProbe):
-    """The oracle up to its first tool call (a login, say), then talk: a list of every common status word and
-    the env's enum values, and "I cannot do that", never acting."""
+    """The oracle's opening up to its first tool call when that call only reads (a login, say), then talk: a
+    list of every common status word and the env's enum values, and "I cannot do that", never acting."""
 
     name = "status_talker"
 
     def actions(self, observation):
         self.applies = True
-        for action in self.oracle:
-            yield action
-            if _call_names(action):
-                break
+        kinds = _kinds(self.env)
+        first_call = next((i for i, a in enumerate(self.oracle) if _call_names(a)), None)
+        if first_call is not None and all(
+            kinds.get(n) in ("read", "think") for n in _call_names(self.oracle[first_call])
+        ):
+            yield from self.oracle[: first_call + 1]
         enums = sorted(
             {
                 str(value)
