@@ -151,3 +151,40 @@ def test_resume_after_killing_a_running_rollout(tmp_path: Path) -> None:
     assert all(r["model"] == "stand-in" and r["turns"] == 2 and r["truncated"] for r in records)
     assert all(isinstance(r["requirements"], dict) for r in records)  # the env labels a cut episode too
     assert json.loads((out / "rollout.json").read_text())["episodes"] == 12
+
+
+@pytest.mark.slow  # ~10k-token byte-level prompts: 30-100 s on the shared 2-core machine
+def test_local_model_through_the_batched_engine_then_analyze(tmp_path: Path) -> None:
+    """A saved (tiny random) transformers model through the trainer's engine, then the analysis. The byte-level
+    tokenizer makes retail's prompt ~10k tokens: with max_total_tokens 4096 the engine cuts every episode after
+    one turn, and the env scores and labels it as it stands."""
+    import torch
+
+    from trace_gym.analysis.analyze import AnalyzeArgs, analyze
+    from trace_train.models import save_tiny_model
+
+    torch.set_num_threads(1)
+    model = save_tiny_model(tmp_path / "tiny")
+    args = RolloutArgs(
+        env_id=ENV,
+        model=str(model),
+        out=str(tmp_path / "ro"),
+        episodes=3,
+        batch_size=2,
+        max_turns=2,
+        max_new_tokens=6,
+        max_total_tokens=4096,
+    )
+    summary = rollout(args)
+    assert summary.written == 3 and summary.passed == 0
+    records = read_trajectories(tmp_path / "ro" / "trajectories.jsonl")
+    assert sorted(r["seed"] for r in records) == [0, 1, 2]
+    assert all(
+        r["generated_tokens"] == 6 and r["turns"] == 1 and r["cut"] == "max_total_tokens" for r in records
+    )
+    assert all(r["requirements"] and r["reward_components"] for r in records)
+    assert all(r["messages"][0]["role"] == "system" and r["tools"] for r in records)
+    result = analyze(AnalyzeArgs(rollouts=[str(tmp_path / "ro")], out=str(tmp_path / "an")))
+    assert result.selection["target"]["failed"] == 3
+    # a random model lacks whatever its tasks needed; with no success there is no contrast (ER+ = 0)
+    assert all(r.selected == (r.mean_cov >= 0.1) for r in result.results)

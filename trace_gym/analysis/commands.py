@@ -107,6 +107,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ro.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     ro.add_argument("--top-p", type=float, default=1.0)
     ro.add_argument("--max-new-tokens", type=int, default=256)
+    ro.add_argument(
+        "--max-total-tokens",
+        type=int,
+        default=32768,
+        help="local engine: cut longer conversations (scored as they stand)",
+    )
     ro.add_argument("--sampling-seed", type=int, default=None, help="per-request seed (HTTP servers)")
     ro.add_argument("--difficulty", type=int, default=None)
     ro.add_argument("--base-url", default=None, help="OpenAI-compatible server (key from $OPENAI_API_KEY)")

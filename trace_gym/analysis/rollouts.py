@@ -83,6 +83,9 @@ class RolloutArgs:
     temperature: float = 0.0
     top_p: float = 1.0
     max_new_tokens: int = 256
+    max_total_tokens: int = (
+        32768  # local engine: a conversation longer than this is cut (and scored as it stands)
+    )
     difficulty: int | None = None
     base_url: str | None = None
     adapter: str | None = None
@@ -488,12 +491,26 @@ def _engine_batches(
                 for i, s in enumerate(chunk)
             ]
             t0 = time.perf_counter()
-            trajs = collect(policy, envs[: len(chunk)], specs, sampling, max_turns=args.max_turns)
+            trajs = collect(
+                policy,
+                envs[: len(chunk)],
+                specs,
+                sampling,
+                max_turns=args.max_turns,
+                max_total_tokens=args.max_total_tokens,
+            )
             seconds = time.perf_counter() - t0
             for traj, env in zip(trajs, envs, strict=False):
-                info = traj.info
-                # the engine keeps the terminal info's reward components and requirements only when the
-                # episode ended in the env; an episode cut by max turns is scored as the env stands
+                info, cut = traj.info, None
+                if "requirements" not in info and callable(getattr(env.unwrapped, "_evaluate", None)):
+                    # the engine cut the episode (token budget) before the env ended it: score it as it
+                    # stands, as the env itself does when its turn limit truncates an episode
+                    evaluation = env.unwrapped._evaluate()
+                    info = {
+                        "reward_components": dict(evaluation.components),
+                        "requirements": dict(evaluation.requirements),
+                    }
+                    traj.reward, cut = float(evaluation.reward), "max_total_tokens"
                 yield _record(
                     args,
                     header,
@@ -507,7 +524,11 @@ def _engine_batches(
                     truncated=traj.truncated,
                     invalid_actions=traj.invalid_actions,
                     seconds=seconds,
-                    extra={"generated_tokens": traj.generated_tokens, "batch_seconds": round(seconds, 4)},
+                    extra={
+                        "generated_tokens": traj.generated_tokens,
+                        "batch_seconds": round(seconds, 4),
+                        "cut": cut,
+                    },
                 )
     finally:
         for env in envs:
