@@ -1,0 +1,65 @@
+"""Gate losses on hand-computed cases, and how rollout tokens become gate labels."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from trace_train.compose.data import label_trajectory
+from trace_train.compose.losses import IGNORE, balance_loss, label_loss, lm_loss
+from trace_train.rollout import ResetSpec, Trajectory
+
+
+def test_balance_loss_hand_computed():
+    # 4 tokens, 3 slots, one layer. Top-1: slot 0, 0, 1, 2 -> f = (1/2, 1/4, 1/4).
+    logits = torch.log(torch.tensor([[0.6, 0.3, 0.1], [0.5, 0.25, 0.25], [0.2, 0.7, 0.1], [0.1, 0.2, 0.7]]))
+    # P = mean probabilities = (0.35, 0.3625, 0.2875); loss = 3 * (0.5*0.35 + 0.25*0.3625 + 0.25*0.2875)
+    expected = 3 * (0.5 * 0.35 + 0.25 * 0.3625 + 0.25 * 0.2875)
+    got = balance_loss([logits], torch.ones(4))
+    assert math.isclose(float(got), expected, rel_tol=1e-6)
+    # padding is left out: masking the last token gives f = (2/3, 1/3, 0), P over the first three tokens
+    p = logits[:3].softmax(-1).mean(0)
+    masked = balance_loss([logits], torch.tensor([1, 1, 1, 0]))
+    assert math.isclose(float(masked), 3 * (2 / 3 * float(p[0]) + 1 / 3 * float(p[1])), rel_tol=1e-6)
+    # uniform routing with uniform probabilities is the minimum, 1
+    assert math.isclose(
+        float(balance_loss([torch.zeros(3, 3).fill_diagonal_(1e-6)], torch.ones(3))), 1.0, rel_tol=1e-4
+    )
+
+
+def test_balance_loss_gradient_flows_through_probabilities_only():
+    logits = torch.randn(6, 4, requires_grad=True)
+    balance_loss([logits, logits * 2], torch.ones(6)).backward()
+    assert logits.grad is not None and logits.grad.abs().sum() > 0
+
+
+def test_label_loss_ignores_unlabelled_positions_and_averages_layers():
+    a = torch.tensor([[2.0, 0.0], [0.0, 2.0], [5.0, -5.0]])
+    b = torch.zeros(3, 2)
+    labels = torch.tensor([0, 1, IGNORE])
+    ce_a = -math.log(math.exp(2) / (math.exp(2) + 1))
+    ce_b = math.log(2)
+    assert math.isclose(float(label_loss([a, b], labels)), (ce_a + ce_b) / 2, rel_tol=1e-6)
+    assert float(label_loss([a], torch.full((3,), IGNORE))) == 0.0
+
+
+def test_lm_loss_predicts_only_masked_tokens():
+    logits = torch.zeros(1, 4, 5)
+    logits[0, 1, 3] = 10.0  # position 1 predicts token 2 = 3 confidently
+    ids = torch.tensor([[1, 2, 3, 4]])
+    loss = lm_loss(logits, ids, torch.tensor([[0, 0, 1, 0]]))
+    expected = -math.log(math.exp(10) / (math.exp(10) + 4))
+    assert math.isclose(float(loss), expected, rel_tol=1e-3)
+
+
+def test_labels_sit_on_the_position_that_produced_each_generated_token():
+    traj = Trajectory(
+        spec=ResetSpec(seed=0), token_ids=[10, 11, 12, 13, 14, 15, 16], policy_mask=[0, 0, 1, 1, 0, 1, 0]
+    )
+    traj.reward = 1.0
+    ex = label_trajectory(traj, slot=2, env_id="x", lm=True)
+    # tokens 2, 3, 5 were generated: produced at positions 1, 2, 4
+    assert ex.gate_labels == [IGNORE, 2, 2, IGNORE, 2, IGNORE, IGNORE]
+    assert ex.lm_mask == [0, 0, 1, 1, 0, 1, 0]
+    assert label_trajectory(traj, slot=0, env_id="x", lm=False).lm_mask == [0] * 7
