@@ -106,6 +106,7 @@ class CalibrationConfig:
     group_size: int = knob(4, "samples per seed", minimum=2)
     max_turns: int = knob(8, "turn cap", minimum=1)
     max_new_tokens: int = knob(96, "tokens per turn", minimum=1)
+    batch_size: int = knob(16, "episodes generated together", minimum=1)
 
 
 @dataclass

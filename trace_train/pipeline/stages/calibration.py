@@ -21,25 +21,44 @@ def run(ctx: StageContext) -> dict[str, Any]:
     set_threads(cfg.threads)
     for e in envs:
         train_seeds("calibration", e["env_id"], 0, c.seeds)
-    from trace_gym.synthesis import api  # step 2 (issue 11)
+    from trace_gym.synthesis.calibration import calibrate
+    from trace_train.pipeline.stages.common import load_policy
 
+    policy = load_policy(ctx.upstream["base"]["model"], cfg.base.dtype)
     out = []
     for e in envs:
-        ctx.log(f"{e['env_id']}: {c.seeds} seeds x {c.group_size} samples per level")
-        result = api.calibrate(
+        ctx.log(f"{e['env_id']}: {c.seeds} seeds x {c.group_size} samples per difficulty level")
+        result = calibrate(
             e["env_id"],
-            model=ctx.upstream["base"]["model"],
+            policy,
+            model_name=ctx.upstream["base"]["model"],
             seeds=c.seeds,
             group_size=c.group_size,
-            max_turns=c.max_turns,
             max_new_tokens=c.max_new_tokens,
-            dtype=cfg.base.dtype,
-            write_spec=False,
+            max_turns=c.max_turns,
+            batch_size=c.batch_size,
         )
-        out.append({"capability": e["capability"], "env_id": e["env_id"], **result})
+        chosen = result.chosen
+        out.append(
+            {
+                "capability": e["capability"],
+                "env_id": e["env_id"],
+                "difficulty": chosen.level,
+                "mean_reward": chosen.mean_reward,
+                "success_rate": chosen.success,
+                "informative_share": chosen.informative_share,
+                "in_band": result.bands.distance(chosen) == 0,
+                "prompt_tokens": result.prompt_tokens,
+                "levels": result.to_spec()["levels"],
+            }
+        )
+        ctx.log(
+            f"{e['env_id']}: level {chosen.level} (mean reward {chosen.mean_reward:.3f}, success "
+            f"{chosen.success:.3f}, informative {chosen.informative_share:.2f})"
+        )
     write_json(ctx.dir / "calibration.json", out)
     return {
         "envs": out,
         "measured": True,
-        "summary": ", ".join(f"{o['env_id']} level {o.get('difficulty')}" for o in out),
+        "summary": ", ".join(f"{o['env_id']} level {o['difficulty']}" for o in out),
     }

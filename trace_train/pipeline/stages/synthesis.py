@@ -9,7 +9,10 @@ analysis, which only ever saw train-split trajectories (checked again here).
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
+from pathlib import Path
 from typing import Any
 
 from trace_train.pipeline.isolation import refuse_test_records
@@ -34,24 +37,67 @@ def run(ctx: StageContext) -> dict[str, Any]:
     path = ctx.dir / "selection_for_synthesis.json"
     write_json(path, selection)
 
-    from trace_gym.synthesis import api  # step 2 (issue 11)
+    from trace_gym.synthesis.emit import load_capabilities, synthesize
 
-    emitted = api.synthesize(
-        selection=str(path),
-        target=cfg.target.env_id,
-        package=cfg.synthesis.package,
-        validate_seeds=cfg.synthesis.validate_seeds,
+    records, _target = load_capabilities(path)  # validated against step 1's schema
+    package = package_dir(cfg.synthesis.package)
+    outcomes = synthesize(
+        records, cfg.target.env_id, package, seeds=cfg.synthesis.validate_seeds, log=ctx.log
     )
-    envs = []
-    for env in emitted:
+    envs, rejected = [], []
+    for o in outcomes:
+        if not o.accepted:
+            rejected.append({"capability": o.capability, "env_id": o.env_id, "reason": o.reason})
+            ctx.log(f"{o.env_id}: rejected: {o.reason}")
+            continue
+        register(cfg.synthesis.package, o.package, o.env_id)
+        card = (o.path / "CARD.md").read_text(encoding="utf-8") if o.path else ""
         envs.append(
             {
-                "capability": env["capability"],
-                "env_id": env["env_id"],
-                "card_summary": env.get("card_summary", ""),
-                "validation": env.get("validation"),
+                "capability": o.capability,
+                "env_id": o.env_id,
+                "generator": o.generator,
+                "package": f"{cfg.synthesis.package}.{o.package}",
+                "card_summary": card_summary(card),
+                "validation": o.validation,
             }
         )
-        ctx.log(f"{env['capability']}: {env['env_id']}")
-    write_json(ctx.dir / "envs.json", envs)
-    return {"envs": envs, "summary": ", ".join(e["env_id"] for e in envs)}
+        (ctx.dir / f"CARD-{o.package}.md").write_text(card, encoding="utf-8")
+        ctx.log(
+            f"{o.capability}: {o.env_id} ({o.generator}, validated on {cfg.synthesis.validate_seeds} seeds)"
+        )
+    write_json(ctx.dir / "envs.json", {"envs": envs, "rejected": rejected})
+    if rejected and not envs:
+        raise RuntimeError(f"every capability env was rejected: {rejected}")
+    return {
+        "envs": envs,
+        "rejected": rejected,
+        "summary": ", ".join(e["env_id"] for e in envs) + (f"; rejected {len(rejected)}" if rejected else ""),
+    }
+
+
+def package_dir(name: str) -> Path:
+    """The folder of the importable plugin package ``name`` (e.g. ``generated_envs``)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"synthesis.package {name!r} is not an importable package")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def register(package: str, sub: str, env_id: str) -> None:
+    """Make a just-written env available in this process (plugins are registered when trace_gym is imported)."""
+    import gymnasium as gym
+
+    import trace_gym  # noqa: F401 - registers built-ins and the plugins present at import time
+
+    if env_id not in gym.registry:
+        importlib.invalidate_caches()
+        importlib.import_module(f"{package}.{sub}")
+    if env_id not in gym.registry:
+        raise RuntimeError(f"{package}.{sub} did not register {env_id}")
+
+
+def card_summary(card: str) -> str:
+    """The card's first paragraph after its title (what the env isolates)."""
+    paragraphs = [p.strip() for p in card.split("\n\n") if p.strip() and not p.lstrip().startswith("#")]
+    return " ".join(paragraphs[0].split()) if paragraphs else ""
