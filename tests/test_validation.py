@@ -82,9 +82,28 @@ def test_suite_catches_broken_envs(cls, failing):
     assert failing <= failed, {n: r.figure for n, r in results.items()}
 
 
-REGISTERED = [e for e in trace_env_ids() if not e.startswith("trace/broken-")]
+# Holes the adversarial section finds in envs of other parts (reported in /work/notes/issue-7.md); strict
+# xfail, so a fix shows as XPASS and the entry goes. trace/retail-v0 is superseded because of its holes.
+KNOWN_HOLES = {
+    "trace/retail-v0": "superseded by retail-v1: content-free confirmations, sprayed amounts and talk pass",
+    "trace/rg-arith1-v1": "sprayed numbers get partial credit (mean 0.023 > 0.02)",
+    "trace/rg-basic_arithmetic-v1": "another seed's answer gets partial credit (mean 0.05)",
+    "trace/rg-count_bits-v1": "another seed's answer is right 30% of the time (tiny answer space)",
+    "trace/rg-gcd-v1": "another seed's answer is right 30% of the time; sprayed numbers get partial credit",
+    "trace/rg-letter_counting-v1": "another seed's answer is right 20% of the time (tiny answer space)",
+}
+REGISTERED = [
+    pytest.param(e, marks=pytest.mark.xfail(reason=KNOWN_HOLES[e], strict=True)) if e in KNOWN_HOLES else e
+    for e in trace_env_ids()
+    if not e.startswith("trace/broken-")
+]
 TINY = ValidationConfig(
-    seeds=10, degenerate_seeds=5, fuzz_seeds=2, fuzz_actions_per_seed=15, determinism_seeds=2
+    seeds=10,
+    degenerate_seeds=5,
+    fuzz_seeds=2,
+    fuzz_actions_per_seed=15,
+    determinism_seeds=2,
+    adversarial_seeds=10,
 )
 
 
@@ -94,3 +113,14 @@ def test_suite_passes_on_every_registered_env(env_id):
     assert all(r.passed for r in results), [
         (r.name, r.figure, r.detail[:500]) for r in results if not r.passed
     ]
+
+
+def test_adversarial_section_catches_the_holes_of_retail_v0():
+    config = ValidationConfig(seeds=10, adversarial_seeds=10)
+    from trace_gym.core.validation import _check_adversarial
+
+    v0 = by_name(_check_adversarial("trace/retail-v0", {}, config))
+    failed = {name for name, r in v0.items() if not r.passed}
+    assert {"adversarial/content_free_confirmation", "adversarial/amount_spraying"} <= failed
+    v1 = by_name(_check_adversarial("trace/retail-v1", {}, config))
+    assert all(r.passed and r.figure.startswith("mean reward 0.000") for r in v1.values()), v1

@@ -175,7 +175,7 @@ class LibraryEnv(ChatToolEnv):
             request=f"Hi, I would like to borrow {book['title']}.",
             facts=facts,
             goal_met=lambda: (
-                any(str(book["loan_days"]) in m for m in self.agent_messages)
+                any(told_days(book["loan_days"], m) for m in self.agent_messages)
                 and self.world is not None
                 and self.world.state["books"][book_id]["status"] == "on_loan"
             ),
@@ -202,7 +202,7 @@ class LibraryEnv(ChatToolEnv):
             for b_id, b in self.world.state["books"].items()
             if b_id != self.target["book_id"]
         )
-        told_due = any(str(book["loan_days"]) in message for message in self.agent_messages)
+        told_due = any(told_days(book["loan_days"], message) for message in self.agent_messages)
         checked_first = any(c.name == "get_book" and c.error is None for c in self.calls)
         components = {"final_state": float(lent_right and others_untouched), "due_date_told": float(told_due)}
         return Evaluation(
@@ -236,6 +236,13 @@ class LibraryEnv(ChatToolEnv):
             call("checkout", member_id=member_id, book_id=book_id),
             {"content": f"Done: {title} is yours for {state['books'][book_id]['loan_days']} days."},
         ]
+
+
+def told_days(days: int, message: str) -> bool:
+    """The message states the loan period as its only number (a list of candidate numbers tells nothing)."""
+    import re
+
+    return re.findall(r"(?<![\w#.])\d+(?![\w.])", message) == [str(days)]
 
 
 register_env("trace/test-library-v0", entry_point="tests.toy_library:LibraryEnv")

@@ -313,12 +313,16 @@ def _kinds(env: ChatToolEnv) -> dict[str, str]:
 
 class AdversarialProbe:
     """Rewrites the oracle's actions of the current instance as it plays; ``applies`` says whether the rewrite
-    changed anything (a probe that changes nothing on every seed does not apply to the env)."""
+    changed anything. A probe with ``has_control`` first plays its control, the oracle with the faked part
+    simply left out: when the control still scores 1.0, the env does not need that part on this seed (a
+    library that never asks for a confirmation) and the seed does not count."""
 
     name = ""
+    has_control = False
 
-    def __init__(self, env: ChatToolEnv, oracle: list[Any], other: list[Any]):
+    def __init__(self, env: ChatToolEnv, oracle: list[Any], other: list[Any], control: bool = False):
         self.env, self.oracle, self.other, self.applies = env, oracle, other, False
+        self.control = control
 
     def actions(self, observation: Callable[[], list[dict[str, Any]]]) -> Iterator[Any]:
         raise NotImplementedError
@@ -329,6 +333,7 @@ class ContentFreeConfirmation(AdversarialProbe):
     the ids stay, the action and its details go."""
 
     name = "content_free_confirmation"
+    has_control = True
 
     def actions(self, observation):
         kinds = _kinds(self.env)
@@ -338,9 +343,12 @@ class ContentFreeConfirmation(AdversarialProbe):
             if _text_only(action) and writes:
                 ids = " ".join(dict.fromkeys(IDENTIFIER.findall(_content(action))))
                 self.applies = True
-                yield _with_content(
-                    action, f"Shall I go ahead with {ids or 'that'}? Please confirm (yes/no)."
-                )
+                if self.control:
+                    yield _with_content(action, "Let me take care of that.")
+                else:
+                    yield _with_content(
+                        action, f"Shall I go ahead with {ids or 'that'}? Please confirm (yes/no)."
+                    )
             else:
                 yield action
 
@@ -361,6 +369,7 @@ class AmountSpraying(AdversarialProbe):
     their pairwise sums and differences (a guesser's shotgun)."""
 
     name = "amount_spraying"
+    has_control = True
 
     def actions(self, observation):
         for action in self.oracle:
@@ -374,8 +383,8 @@ class AmountSpraying(AdversarialProbe):
                         seen.append(float(number.replace(",", "")))
                     except ValueError:
                         continue
-            spray = ", ".join(_spray(seen))
-            if not spray:
+            spray = "" if self.control else ", ".join(_spray(seen))
+            if not spray and not self.control:
                 yield action
                 continue
             self.applies = True
@@ -434,12 +443,29 @@ def run_probe(
     seed: int,
     config: ValidationConfig,
 ) -> tuple[float, bool]:
-    """Play one episode with a probe; returns (final reward, whether the probe changed the oracle)."""
-    _reset(other_env, seed + 1, config)
-    other = other_env.oracle_actions()
+    """Play one episode with a probe; returns (final reward, whether the probe applies to this seed)."""
+    if probe_type.has_control:
+        reward, applies = _play_probe(env, other_env, probe_type, seed, config, control=True)
+        if not applies or reward == 1.0:
+            return 0.0, False
+    return _play_probe(env, other_env, probe_type, seed, config, control=False)
+
+
+def _play_probe(
+    env: ChatToolEnv,
+    other_env: ChatToolEnv,
+    probe_type: type[AdversarialProbe],
+    seed: int,
+    config: ValidationConfig,
+    control: bool,
+) -> tuple[float, bool]:
+    other: list[Any] = []
+    if probe_type is OtherSeedOracle:
+        _reset(other_env, seed + 1, config)
+        other = other_env.oracle_actions()
     obs, _ = _reset(env, seed, config)
     latest = [obs]
-    probe = probe_type(env, env.oracle_actions(), other)
+    probe = probe_type(env, env.oracle_actions(), other, control=control)
     for steps, action in enumerate(probe.actions(lambda: latest[0])):
         obs, reward, terminated, truncated, _ = env.step(action)
         latest[0] = obs
@@ -462,7 +488,11 @@ def _check_adversarial(
         rewards = [r for r, applies in runs if applies]
         name = f"adversarial/{probe_type.name}"
         if not rewards:
-            results.append(CheckResult(name, True, "not applicable", "the probe changed no oracle action"))
+            results.append(
+                CheckResult(
+                    name, True, "not applicable", "on no seed does the oracle need what the probe fakes"
+                )
+            )
             continue
         mean = float(np.mean(rewards))
         results.append(
