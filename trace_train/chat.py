@@ -15,25 +15,82 @@ from transformers import PreTrainedTokenizerBase
 from trace_train.policies.base import Conversation, Message, ToolSchema
 from trace_train.tool_text import TOOL_CALL_FORMAT, arguments_dict, assistant_text, tool_call_text
 
-__all__ = ["ChatRenderer", "assistant_text", "tool_call_text", "tools_system_text"]
+__all__ = ["TOOL_FORMATS", "ChatRenderer", "assistant_text", "tool_call_text", "tools_system_text"]
+
+TOOL_FORMATS = ("json", "compact")
+_CALL_HOWTO = (
+    f"To call a tool, reply with one block per call, exactly like this: {TOOL_CALL_FORMAT}\n"
+    "Tool results come back in <tool_response></tool_response> blocks. "
+    "When you are done, reply to the user in plain text without a tool call."
+)
 
 
-def tools_system_text(tools: list[ToolSchema]) -> str:
+def tools_system_text(tools: list[ToolSchema], tool_format: str = "json") -> str:
+    """The tools part of the system prompt for templates without native tool support.
+
+    ``json``: every function schema verbatim. ``compact``: one signature line per tool (typed parameters, ``?``
+    for optional ones, enums spelled out) with its description, and each distinct parameter description once
+    (retail's 14 tools: see the benchmark for token counts).
+    """
+    if tool_format == "compact":
+        return compact_tools_text(tools) + "\n" + _CALL_HOWTO
+    if tool_format != "json":
+        raise ValueError(f"unknown tool format {tool_format!r}: choose one of {', '.join(TOOL_FORMATS)}")
     specs = "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools)
-    return (
-        "You can call these tools (JSON schemas):\n"
-        f"{specs}\n"
-        f"To call a tool, reply with one block per call, exactly like this: {TOOL_CALL_FORMAT}\n"
-        "Tool results come back in <tool_response></tool_response> blocks. "
-        "When you are done, reply to the user in plain text without a tool call."
+    return f"You can call these tools (JSON schemas):\n{specs}\n{_CALL_HOWTO}"
+
+
+def _type_text(spec: dict[str, Any]) -> str:
+    if "enum" in spec:
+        return "|".join(json.dumps(v, ensure_ascii=False) for v in spec["enum"])
+    kind = spec.get("type")
+    if isinstance(kind, list):
+        return "|".join(_type_text({**spec, "type": k}) for k in kind)
+    if kind == "array":
+        return f"list[{_type_text(spec.get('items') or {})}]"
+    if kind == "object" and spec.get("properties"):
+        return "{" + _params_text(spec) + "}"
+    return {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "null": "null"}.get(
+        kind, kind or "any"
     )
+
+
+def _params_text(schema: dict[str, Any]) -> str:
+    required = set(schema.get("required") or [])
+    props = schema.get("properties") or {}
+    return ", ".join(f"{n}{'' if n in required else '?'}: {_type_text(p or {})}" for n, p in props.items())
+
+
+def compact_tools_text(tools: list[ToolSchema]) -> str:
+    lines = ["You can call these tools:"]
+    described: dict[str, str] = {}
+    notes: list[str] = []
+    for tool in tools:
+        fn = tool.get("function", tool)
+        params = fn.get("parameters") or {}
+        desc = (fn.get("description") or "").strip()
+        lines.append(f"- {fn.get('name')}({_params_text(params)})" + (f": {desc}" if desc else ""))
+        for name, spec in (params.get("properties") or {}).items():
+            pdesc = ((spec or {}).get("description") or "").strip()
+            if not pdesc or described.get(name) == pdesc:
+                continue
+            notes.append(
+                f"- {name}: {pdesc}" if name not in described else f"- {name} ({fn.get('name')}): {pdesc}"
+            )
+            described.setdefault(name, pdesc)
+    if notes:
+        lines += ["Parameters:", *notes]
+    return "\n".join(lines)
 
 
 class ChatRenderer:
     """Renders conversations with a tokenizer's chat template, emulating tool support where it is missing."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, tool_format: str = "json"):
+        if tool_format not in TOOL_FORMATS:
+            raise ValueError(f"unknown tool format {tool_format!r}: choose one of {', '.join(TOOL_FORMATS)}")
         self.tokenizer = tokenizer
+        self.tool_format = tool_format  # how tools are written for templates without native tool support
         template = tokenizer.chat_template or ""
         if not template:
             raise ValueError("the tokenizer has no chat template; trace needs a chat model")
@@ -81,7 +138,7 @@ class ChatRenderer:
             else:
                 out.append({"role": role, "content": m.get("content") or ""})
         if tools and not self.native_tools:
-            block = tools_system_text(tools)
+            block = tools_system_text(tools, self.tool_format)
             if out and out[0]["role"] == "system":
                 out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{block}"}
             else:

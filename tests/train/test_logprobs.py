@@ -66,11 +66,13 @@ def test_shared_prefix_values_and_gradients_equal_unshared(sampling, row_tokens)
     model.train()
     seqs, masks = _group()
     ids, attn, pmask = pad_batch(seqs, masks, pad)
-    ref, ref_mask = sequence_logprobs(model, ids, attn, pmask, sampling=sampling)
+    ref, ref_mask = sequence_logprobs(model, ids, attn, pmask, sampling=sampling, share_prefix=False)
     ref_loss, ref_grads = _loss_and_grads(model, ref, ref_mask)
     got, got_mask = shared_prefix_logprobs(model, seqs, masks, pad, sampling=sampling, row_tokens=row_tokens)
     assert got.shape == ref.shape and torch.equal(got_mask, ref_mask)
     assert torch.allclose(got * got_mask, ref * ref_mask, atol=1e-5)
+    padded = sequence_logprobs(model, ids, attn, pmask, sampling=sampling)  # right-padded input: shared path
+    assert torch.allclose(padded[0] * ref_mask, ref * ref_mask, atol=1e-5)
     loss, grads = _loss_and_grads(model, got, got_mask)
     assert torch.allclose(loss, ref_loss, atol=1e-6)
     assert grads.keys() == ref_grads.keys() and len(grads) > 0
@@ -120,6 +122,6 @@ def test_no_shared_prefix_and_single_sequence():
     for s, m in ((seqs, masks), (seqs[:1], masks[:1])):
         ids, attn, pmask = pad_batch(s, m, pad)
         with torch.no_grad():
-            ref, rm = sequence_logprobs(model, ids, attn, pmask)
+            ref, rm = sequence_logprobs(model, ids, attn, pmask, share_prefix=False)
             got, gm = shared_prefix_logprobs(model, s, m, pad)
         assert torch.equal(rm, gm) and torch.allclose(ref * rm, got * gm, atol=1e-5)

@@ -52,12 +52,29 @@ def sequence_logprobs(
     pmask: torch.Tensor,
     sampling: SamplingConfig | None = None,
     temperature: float | None = None,
+    share_prefix: bool = True,
 ):
     """Log-probs of tokens 1..T-1 under ``model`` and the matching policy mask, both [B, K].
 
-    Only the last K positions that contain a policy token are pushed through the LM head (``logits_to_keep``).
+    Right-padded batches (as :func:`pad_batch` makes them) go through :func:`shared_prefix_logprobs` unless
+    ``share_prefix`` is False; otherwise one padded forward, where only the last K positions that contain a
+    policy token are pushed through the LM head (``logits_to_keep``).
     """
     sampling = _sampling(sampling, temperature)
+    lengths = attn.sum(1)
+    right_padded = bool(
+        (attn == (torch.arange(attn.shape[1], device=attn.device)[None] < lengths[:, None])).all()
+    )
+    if share_prefix and right_padded and int(lengths.max()) == ids.shape[1]:
+        n = lengths.tolist()
+        seqs = [row[:k] for row, k in zip(ids.tolist(), n, strict=True)]
+        masks = [[int(x) for x in row[:k]] for row, k in zip(pmask.tolist(), n, strict=True)]
+        pad = int(ids[0, -1]) if int(n[0]) < ids.shape[1] else 0
+        return shared_prefix_logprobs(model, seqs, masks, pad, sampling)
+    return _padded_logprobs(model, ids, attn, pmask, sampling)
+
+
+def _padded_logprobs(model, ids, attn, pmask, sampling: SamplingConfig):
     targets = ids[:, 1:]
     tmask = pmask[:, 1:]
     has = tmask.sum(0).nonzero()
@@ -132,7 +149,7 @@ def shared_prefix_logprobs(
     decoder, head = _decoder_and_head(model)
     if decoder is None or (_checkpointing(decoder) and torch.is_grad_enabled() and model.training):
         ids, attn, pmask = pad_batch(seqs, masks, pad_id)
-        return sequence_logprobs(model, ids.to(device), attn.to(device), pmask.to(device), sampling)
+        return _padded_logprobs(model, ids.to(device), attn.to(device), pmask.to(device), sampling)
     if any(len(m) != len(s) for s, m in zip(seqs, masks, strict=True)):
         raise ValueError("every mask must have its sequence's length")
     firsts = [next((j for j, x in enumerate(m) if x), len(m)) for m in masks]

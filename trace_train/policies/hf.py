@@ -100,6 +100,8 @@ class HFPolicy:
     ``merge_for_generation``: decode with the LoRA deltas folded into the weights (see :class:`MergedLoRA`).
     ``engine``: how :func:`trace_train.rollout.collect` decodes with it: ``cached`` (KV cache per conversation
     across turns, shared prefix; :mod:`trace_train.engine`) or ``simple`` (one ``generate`` call per turn).
+    ``tool_format``: ``json`` or ``compact`` tool descriptions for templates without native tools
+    (:func:`trace_train.chat.tools_system_text`).
     """
 
     def __init__(
@@ -109,6 +111,7 @@ class HFPolicy:
         name: str = "hf",
         merge_for_generation: bool = True,
         engine: str = "cached",
+        tool_format: str = "json",
     ):
         self.model = model
         self.engine = engine  # rollout engine used by trace_train.rollout.collect: "cached" or "simple"
@@ -119,7 +122,7 @@ class HFPolicy:
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         tokenizer.padding_side = "left"
-        self.renderer = ChatRenderer(tokenizer)
+        self.renderer = ChatRenderer(tokenizer, tool_format)
         self.eos_ids = {tokenizer.eos_token_id}
         gen_eos = getattr(model.generation_config, "eos_token_id", None)
         if gen_eos is not None:
@@ -144,6 +147,18 @@ class HFPolicy:
             base = attach_lora(base, lora, adapter)
         base.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         return cls(base, tokenizer, name=str(model))
+
+    def configure(self, engine: str | None = None, tool_format: str | None = None) -> HFPolicy:
+        """Choose the rollout engine and/or the tool format (commands call this with their flags)."""
+        from trace_train.rollout import ENGINES
+
+        if engine is not None:
+            if engine not in ENGINES:
+                raise ValueError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINES)}")
+            self.engine = engine
+        if tool_format is not None and tool_format != self.renderer.tool_format:
+            self.renderer = ChatRenderer(self.tokenizer, tool_format)
+        return self
 
     @property
     def device(self) -> torch.device:
