@@ -52,6 +52,7 @@ def chart_png(analysis: Analysis) -> bytes:
 
     thresholds = analysis.selection["thresholds"]
     fig, ax = plt.subplots(figsize=(7.5, 5), dpi=110)
+    groups: dict[tuple[float, float], list[str]] = {}
     for i, r in enumerate(analysis.results):
         color = f"C{i % 10}"
         if len(r.runs) > 1:
@@ -66,11 +67,22 @@ def chart_png(analysis: Analysis) -> bytes:
             linewidth=0.6,
             zorder=3,
         )
-        ax.annotate(r.name, (r.mean_cov, r.mean_delta), textcoords="offset points", xytext=(6, 4), fontsize=8)
+        groups.setdefault((round(r.mean_cov, 2), round(r.mean_delta, 2)), []).append(r.name)
+    for (x, y), names in groups.items():  # one label per spot, so coinciding capabilities stay readable
+        right = x > 0.7
+        ax.annotate(
+            "\n".join(names),
+            (x, y),
+            textcoords="offset points",
+            xytext=(-8 if right else 8, -4 if y > 0.9 else 4),
+            fontsize=8,
+            ha="right" if right else "left",
+            va="top" if y > 0.9 else "bottom",
+        )
     ax.axvline(thresholds["rho"], color="grey", linestyle="--", linewidth=1)
     ax.axhline(thresholds["delta"], color="grey", linestyle="--", linewidth=1)
     ax.fill_between([thresholds["rho"], 1.05], thresholds["delta"], 1.05, color="green", alpha=0.06)
-    ax.text(1.03, 1.02, "selected region", ha="right", va="top", fontsize=8, color="green")
+    ax.text(1.04, thresholds["delta"] + 0.01, "selected region", fontsize=8, color="green", ha="right")
     ax.set_xlim(-0.03, 1.05)
     ax.set_ylim(min(-0.05, min((r.mean_delta for r in analysis.results), default=0) - 0.05), 1.05)
     ax.set_xlabel(f"Cov (coverage of failures); threshold rho = {thresholds['rho']}")
@@ -147,7 +159,7 @@ def markdown(analysis: Analysis, chart_file: str) -> str:
                 f"{s.lacking_failed}/{s.present_failed} of {s.failed} | {s.lacking_passed}/{s.present_passed} of "
                 f"{s.passed} |"
             )
-    out += ["", "## Example failures of the selected capabilities", ""]
+    out += ["", "## Example failures of the selected capabilities", "", _where_note(analysis), ""]
     for r in analysis.results:
         if not r.selected:
             continue
@@ -164,6 +176,15 @@ def markdown(analysis: Analysis, chart_file: str) -> str:
             out.append("")
     out += _tail_md(analysis)
     return "\n".join(out) + "\n"
+
+
+def _where_note(analysis: Analysis) -> str:
+    if analysis.selection["labeller"] == "llm":
+        return "The highlighted message is where the analysis agent says the capability was first lacking."
+    return (
+        "Requirement labels say whether a capability was shown, not where: the highlighted message is a "
+        "heuristic (the first agent message whose tool call failed, else the agent's last message)."
+    )
 
 
 def _tail_md(analysis: Analysis) -> list[str]:
@@ -259,7 +280,8 @@ Labels: <b>{esc(h["labeller"])}</b>. Kept when Cov &ge; {th["rho"]} and Delta &g
 <p><small>Means over runs. *: no passed trajectory needed the capability, so ER+ is 0 by definition.</small></p>
 <img alt="Cov against Delta per capability" src="data:image/png;base64,{data}">
 <h2>Per-run values</h2>{runs}
-<h2>Example failures of the selected capabilities</h2>{examples or "<p>none selected</p>"}
+<h2>Example failures of the selected capabilities</h2><p><small>{esc(_where_note(analysis))}</small></p>
+{examples or "<p>none selected</p>"}
 <h2>Stage times (s)</h2><table>{times}</table>
 {llm_html}
 <script type="application/json" id="selection">{esc(json.dumps(analysis.selection["selected"]))}</script>
