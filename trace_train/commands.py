@@ -13,7 +13,12 @@ import sys
 import typing
 from typing import Any
 
-CHOICES = {"loss_type": ["grpo", "dr_grpo", "dapo"], "dtype": ["float32", "bfloat16", "float16"]}
+CHOICES = {
+    "loss_type": ["grpo", "dr_grpo", "dapo"],
+    "dtype": ["float32", "bfloat16", "float16"],
+    "engine": ["cached", "simple"],  # rollout engine (issue 9)
+    "tool_format": ["json", "compact"],
+}
 
 
 def _add_dataclass_flags(parser: argparse.ArgumentParser, cls: type, skip: set[str]) -> None:
@@ -81,6 +86,7 @@ def cmd_sft(ns: argparse.Namespace) -> int:
 
 def cmd_evaluate(ns: argparse.Namespace) -> int:
     from trace_train.evaluate import evaluate
+    from trace_train.metrics import peak_rss_mb
     from trace_train.policies.base import SamplingConfig
 
     sampling = SamplingConfig(temperature=ns.temperature, max_new_tokens=ns.max_new_tokens)
@@ -104,6 +110,7 @@ def cmd_evaluate(ns: argparse.Namespace) -> int:
     )
     print(result.line())
     print(f"trajectories written to {out}")
+    print(f"peak RSS {peak_rss_mb():.0f} MB")
     if ns.json:
         print(json.dumps(result.summary()))
     return 0
@@ -116,7 +123,8 @@ def _make_policy(ns: argparse.Namespace):
         return OpenAIHTTPPolicy(model=ns.model, base_url=ns.base_url, lora_name=ns.adapter)
     from trace_train.policies.hf import HFPolicy
 
-    return HFPolicy.from_pretrained(ns.model, adapter=ns.adapter, dtype=ns.dtype)
+    policy = HFPolicy.from_pretrained(ns.model, adapter=ns.adapter, dtype=ns.dtype)
+    return policy.configure(engine=getattr(ns, "engine", None), tool_format=getattr(ns, "tool_format", None))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -154,6 +162,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     ev.add_argument("--batch-size", type=int, default=16)
     ev.add_argument("--dtype", default="float32")
+    ev.add_argument(
+        "--engine",
+        default="cached",
+        choices=CHOICES["engine"],
+        help="cached: KV cache per conversation + shared prefix; simple: one generate call per turn",
+    )
+    ev.add_argument("--tool-format", default="json", choices=CHOICES["tool_format"])
     ev.add_argument("--out", default=None, help="trajectories JSONL (default runs/eval/<env>-<split>.jsonl)")
     ev.add_argument("--json", action="store_true", help="also print the summary as JSON")
     ev.set_defaults(func=cmd_evaluate)

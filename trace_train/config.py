@@ -68,6 +68,10 @@ class GRPOArgs(LoraArgs):
     max_new_tokens: int = 128
     max_turns: int = 6
     max_total_tokens: int = 8192  # tool envs: retail prompts alone are ~3k SmolLM2 tokens
+    # rollout engine and training log-probs: "cached" (KV cache per conversation across turns, shared prefix,
+    # packed prefix-shared log-probs) or "simple" (one generate call per turn, padded log-probs); see docs/training.md
+    engine: str = "cached"
+    tool_format: str = "json"  # tools in the system prompt of templates without tool support: json | compact
     # loss
     loss_type: str = "grpo"
     beta: float = 0.0
@@ -130,6 +134,10 @@ class SFTArgs(LoraArgs):
     lora_target_modules: list[str] = field(default_factory=lambda: list(LoraSettings().target_modules))
     dtype: str = "float32"
     gradient_checkpointing: bool = False  # recompute activations in backward (long tool conversations)
+    # "cached": the shared prefix once per batch, the rest packed without padding, LM head on agent tokens only;
+    # "simple": padded batches (the previous path)
+    engine: str = "cached"
+    tool_format: str = "json"  # json | compact (see GRPOArgs)
 
 
 @dataclass

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import resource
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +71,9 @@ def _plain(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None  # strict JSON has no NaN (e.g. hint_reward_mean of a run without hints)
     return v
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB (what every training/evaluation command reports)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # macOS: bytes; Linux: KiB

@@ -19,7 +19,8 @@ import torch
 
 from trace_train.config import SFTArgs
 from trace_train.envs import make_env, reset_seed
-from trace_train.grpo.logprobs import pad_batch, sequence_logprobs
+from trace_train.grpo.logprobs import pad_batch, sequence_logprobs, shared_prefix_logprobs
+from trace_train.metrics import peak_rss_mb
 from trace_train.policies.base import SamplingConfig
 from trace_train.policies.hf import HFPolicy, ensure_lora
 from trace_train.rollout import ResetSpec, Trajectory, collect
@@ -64,6 +65,7 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
     random.seed(args.seed)
     policy = policy or HFPolicy.from_pretrained(args.model, lora=args.lora(), dtype=args.dtype)
     policy.model = ensure_lora(policy.model, args.lora())
+    policy.configure(tool_format=args.tool_format)
     probe = make_env(args.env_id)
     seeds = [reset_seed("train", args.seed_offset + i, probe) for i in range(args.episodes)]
     probe.close()
@@ -86,16 +88,24 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
     step, t0 = 0, time.perf_counter()
     rng = random.Random(args.seed)
     losses = []
+    seen_tokens = trained_tokens = 0
     for epoch in range(args.epochs):
         order = list(range(len(data)))
         rng.shuffle(order)
         for b in range(0, len(order), args.batch_size):
             batch = [data[i] for i in order[b : b + args.batch_size]]
-            ids, attn, pmask = pad_batch(
-                [x for x, _ in batch], [m for _, m in batch], policy.tokenizer.pad_token_id
-            )
-            dev = policy.device  # the model's device (from_pretrained puts it on the GPU when there is one)
-            logp, tmask = sequence_logprobs(model, ids.to(dev), attn.to(dev), pmask.to(dev))
+            seqs, masks = [x for x, _ in batch], [m for _, m in batch]
+            pad = policy.tokenizer.pad_token_id
+            if args.engine == "simple":  # padded batch, one forward per sequence
+                ids, attn, pmask = pad_batch(seqs, masks, pad)
+                dev = policy.device  # the GPU when from_pretrained found one
+                logp, tmask = sequence_logprobs(
+                    model, ids.to(dev), attn.to(dev), pmask.to(dev), share_prefix=False
+                )
+            else:  # the shared system/tools prefix once, the rest packed, LM head on agent tokens only
+                logp, tmask = shared_prefix_logprobs(model, seqs, masks, pad)
+            seen_tokens += sum(len(x) for x in seqs)
+            trained_tokens += int(tmask.sum())
             loss = -(logp * tmask).sum() / tmask.sum().clamp(min=1)  # token-level NLL of agent tokens only
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite SFT loss at step {step}")
@@ -109,6 +119,7 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
             log.write(json.dumps({"step": step, "epoch": epoch, "loss": loss.item()}) + "\n")
             log.flush()
     log.close()
+    train_seconds = time.perf_counter() - t0
     model.save_pretrained(out / "adapter")
     policy.tokenizer.save_pretrained(out / "adapter")
     summary = {
@@ -118,6 +129,12 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
         "first_loss": losses[0],
         "final_loss": losses[-1],
         "seconds": time.perf_counter() - t0,
+        "train_seconds": train_seconds,
+        "tokens_per_s": seen_tokens / max(train_seconds, 1e-9),  # all tokens of the trained sequences
+        "agent_tokens_per_s": trained_tokens / max(train_seconds, 1e-9),
+        "engine": args.engine,
+        "tool_format": args.tool_format,
+        "peak_rss_mb": peak_rss_mb(),
         "adapter": str(out / "adapter"),
     }
     if args.merge:

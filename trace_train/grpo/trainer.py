@@ -61,7 +61,7 @@ class GRPOTrainer:
             )
         else:
             policy.model = ensure_lora(policy.model, args.lora(), args.init_adapter)
-        self.policy = policy
+        self.policy = policy.configure(engine=args.engine, tool_format=args.tool_format)
         self.policy.model.to(self.acc.device)
         if args.gradient_checkpointing:
             enable_gradient_checkpointing(self.policy.model)
@@ -218,7 +218,11 @@ class GRPOTrainer:
     def _logprobs(self, model, seqs, masks):
         ids, attn, pmask = pad_batch(seqs, masks, self.policy.tokenizer.pad_token_id)
         dev = self.acc.device
-        return sequence_logprobs(model, ids.to(dev), attn.to(dev), pmask.to(dev))
+        share = self.args.engine != "simple"  # cached: the shared prefix once, packed rows (issue 9)
+        # at the sampling temperature, with the sampler's top-k/top-p: the distribution the tokens came from
+        return sequence_logprobs(
+            model, ids.to(dev), attn.to(dev), pmask.to(dev), sampling=self.sampling, share_prefix=share
+        )
 
     @torch.no_grad()
     def _frozen_logprobs(self, seqs, masks, ref: bool) -> list[torch.Tensor]:
