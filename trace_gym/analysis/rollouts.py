@@ -87,6 +87,7 @@ class RolloutArgs:
         32768  # local engine: a conversation longer than this is cut (and scored as it stands)
     )
     difficulty: int | None = None
+    engine: str | None = None  # local models: the trainer's engine ("cached" or "simple"; default its own)
     base_url: str | None = None
     adapter: str | None = None
     dtype: str = "float32"
@@ -498,6 +499,7 @@ def _engine_batches(
                 sampling,
                 max_turns=args.max_turns,
                 max_total_tokens=args.max_total_tokens,
+                **({"engine": args.engine} if args.engine else {}),
             )
             seconds = time.perf_counter() - t0
             for traj, env in zip(trajs, envs, strict=False):
