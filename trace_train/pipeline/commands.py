@@ -80,12 +80,12 @@ def run_pipeline(config_path: Path, ns: argparse.Namespace) -> int:
 
 
 def _final_table(evaluation: dict) -> str:
-    lines = ["method                 success  95% CI         p vs base  rollouts"]
+    lines = [f"{'method':<30} success  95% CI       p vs base  rollouts"]
     for r in evaluation["rows"]:
         vs = r.get("vs_base")
-        p = f"{vs['p_value']:.3g}" if vs else "-"
+        p = f"{vs['mcnemar_p']:.3g}" if vs else "-"
         lines.append(
-            f"{r['method']:<22} {r['success_rate']:.3f}    {r['success_ci'][0]:.3f}-{r['success_ci'][1]:.3f}  "
+            f"{r['method']:<30} {r['success_rate']:.3f}    {r['success_ci'][0]:.3f}-{r['success_ci'][1]:.3f}  "
             f"{p:>9}  {r['train_rollouts']:>8}"
         )
     lines += [f"{m}: not evaluated: {why}" for m, why in evaluation["not_run"].items()]

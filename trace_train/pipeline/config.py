@@ -104,6 +104,7 @@ class CalibrationConfig:
     enabled: bool = knob(True, "measure each env with the base agent and pick the difficulty in TRACE's band")
     seeds: int = knob(8, "train seeds per difficulty level", minimum=1)
     group_size: int = knob(4, "samples per seed", minimum=2)
+    levels: list[int] = knob([], "difficulty levels to measure (empty: every level the env has)")
     max_turns: int = knob(8, "turn cap", minimum=1)
     max_new_tokens: int = knob(96, "tokens per turn", minimum=1)
     batch_size: int = knob(16, "episodes generated together", minimum=1)

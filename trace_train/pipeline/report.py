@@ -86,32 +86,6 @@ def bar_plot(labels: list[str], values: list[float], errors: list[tuple[float, f
     return buf.getvalue()
 
 
-def stacked_share_plot(rows: dict[str, dict[str, float]], title: str) -> bytes:
-    """One bar per context (e.g. capability env), stacked by the share of tokens each gate slot took."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    contexts = list(rows)
-    slots = sorted({s for shares in rows.values() for s in shares})
-    fig, ax = plt.subplots(figsize=(6.4, 3.4), dpi=110)
-    bottom = [0.0] * len(contexts)
-    for slot in slots:
-        vals = [rows[c].get(slot, 0.0) for c in contexts]
-        ax.bar(range(len(contexts)), vals, bottom=bottom, label=slot)
-        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-    ax.set_xticks(range(len(contexts)), contexts, rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("share of tokens")
-    ax.set_title(title)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
-
-
 # ----- rendering --------------------------------------------------------------------------------------------
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
     esc = [[c.replace("|", "\\|") for c in r] for r in rows]

@@ -47,9 +47,20 @@ def grpo_args(ctx: StageContext, env_id: str, out: Path, difficulty: int | None,
 
 
 def train_adapter(
-    ctx: StageContext, label: str, env_id: str, out: Path, difficulty: int | None, steps: int
+    ctx: StageContext,
+    label: str,
+    env_id: str,
+    out: Path,
+    difficulty: int | None,
+    steps: int,
+    rollout_budget: int | None = None,
 ) -> dict[str, Any]:
-    """Train (or finish) one adapter in ``out``; returns its summary, also written to ``out/summary.json``."""
+    """Train (or finish) one adapter in ``out``; returns its summary, also written to ``out/summary.json``.
+
+    With ``rollout_budget``, training stops after the first step at which the rollouts spent (dynamic
+    sampling's refills included) reach it: the fair baseline gets the same rollouts, not the same steps.
+    """
+    from trace_train.config import GRPOArgs
     from trace_train.grpo.trainer import GRPOTrainer
 
     summary_path = out / "summary.json"
@@ -57,7 +68,7 @@ def train_adapter(
         return json.loads(summary_path.read_text())
     a = ctx.config.adapters
     # the trainer draws train-split tasks 0, 1, ...: one per group, refills included
-    refills = a.dynamic_sampling * 2  # GRPOArgs.max_refill_rounds
+    refills = a.dynamic_sampling * GRPOArgs.max_refill_rounds
     train_seeds("adapters", env_id, 0, steps * a.groups_per_step * (1 + refills))
     args = grpo_args(ctx, env_id, out, difficulty, steps)
     if (out / "checkpoints" / "latest").exists():
@@ -68,11 +79,16 @@ def train_adapter(
     with ctx.bar(label, steps) as bar:
         bar.update(trainer.state["step"])
         while trainer.state["step"] < steps:
-            # in chunks of save_every steps: a checkpoint ends each chunk, and the bar moves between them
-            args.steps = min(trainer.state["step"] + a.save_every, steps)
+            if rollout_budget is not None and trainer.state["next_task"] * a.group_size >= rollout_budget:
+                break
+            # in chunks of save_every steps (one step under a budget): a checkpoint ends each chunk
+            chunk = 1 if rollout_budget is not None else a.save_every
+            args.steps = min(trainer.state["step"] + chunk, steps)
             metrics = trainer.train()
             bar.update(trainer.state["step"], status=f"reward {metrics.get('reward_mean', float('nan')):.3f}")
-    args.steps = steps
+    if trainer.state["step"] < steps and not (out / "adapter").is_dir():
+        trainer.policy.model.save_pretrained(out / "adapter")
+    steps = trainer.state["step"]
     metrics = read_jsonl(out / "metrics.jsonl")
     rollouts = trainer.state["next_task"] * a.group_size  # every group sampled, refills included
     summary = {

@@ -34,6 +34,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             model_name=ctx.upstream["base"]["model"],
             seeds=c.seeds,
             group_size=c.group_size,
+            levels=c.levels or None,
             max_new_tokens=c.max_new_tokens,
             max_turns=c.max_turns,
             batch_size=c.batch_size,

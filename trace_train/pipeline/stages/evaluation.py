@@ -18,25 +18,12 @@ from trace_train.pipeline.runner import StageContext
 from trace_train.pipeline.stages.common import read_jsonl, set_threads, write_json
 
 
-def mcnemar_exact(base: list[bool], other: list[bool]) -> dict[str, Any]:
-    """Exact two-sided McNemar test on paired successes: (base fails, other wins) vs the reverse."""
-    if len(base) != len(other):
-        raise ValueError("paired test needs the same tasks for both methods")
-    gained = sum(1 for b, o in zip(base, other, strict=True) if o and not b)
-    lost = sum(1 for b, o in zip(base, other, strict=True) if b and not o)
-    n = gained + lost
-    k = min(gained, lost)
-    p = 1.0 if n == 0 else min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
-    return {"gained": gained, "lost": lost, "p_value": p}
+def _paired(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> dict[str, Any]:
+    """Exact McNemar on success and a paired bootstrap on reward, on the same seeds (step 4's ``paired``)."""
+    from trace_train.compose.compare import paired
 
-
-def _paired(base: list[bool], other: list[bool]) -> dict[str, Any]:
-    try:  # issue 8's paired statistics, where trace_train.stats has them
-        from trace_train.stats import mcnemar as shared_mcnemar  # type: ignore[attr-defined]
-    except ImportError:
-        return mcnemar_exact(base, other)
-    result = shared_mcnemar(base, other)
-    return result if isinstance(result, dict) else {**mcnemar_exact(base, other), "p_value": float(result)}
+    result = paired(base, other)
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in result.items()}
 
 
 def _evaluate(
@@ -133,6 +120,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
             continue
         row, trajs = _evaluate(ctx, method, policy, method)
         add(row, trajs, all_rollouts, all_wall)
+        if method == "moe" and getattr(policy, "choices", None):
+            _routing_picture(ctx, policy)
         del policy
 
     if "direct_grpo" in methods:
@@ -161,10 +150,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "left out by the config (evaluation.methods); the fair baseline was not measured"
         )
 
-    base_success = _successes(trajectories["base"])
     for row in rows:
         if row["method"] != "base":
-            row["vs_base"] = _paired(base_success, _successes(trajectories[row["method"]]))
+            row["vs_base"] = _paired(trajectories["base"], trajectories[row["method"]])
     write_json(ctx.dir / "table.json", {"rows": rows, "not_run": not_run, "env_id": cfg.target.env_id})
     best = max(rows, key=lambda r: r["success_rate"])
     return {
@@ -173,11 +161,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "summary": f"base {rows[0]['success_rate']:.3f}; best {best['method']} {best['success_rate']:.3f} "
         f"on {rows[0]['episodes']} test tasks",
     }
-
-
-def _successes(trajs: list[dict[str, Any]]) -> list[bool]:
-    ordered = sorted(trajs, key=lambda t: t["seed"])
-    return [bool(t.get("success", t["reward"] >= 1.0)) for t in ordered]
 
 
 def _composed_policy(
@@ -191,7 +174,22 @@ def _composed_policy(
     if method == "moe":
         if not gates.get("artefact"):
             return None, "no gate artefact (gates disabled or not trained)"
-        return compare.moe_policy(gates["artefact"], dtype=cfg.base.dtype), ""
+        policy = compare.moe_policy(gates["artefact"], dtype=cfg.base.dtype, record_choices=True)
+        policy.context = cfg.target.env_id
+        return policy, ""
     return compare.router_policy(
         model, {c: a["adapter"] for c, a in adapters.items()}, dtype=cfg.base.dtype
     ), ""
+
+
+def _routing_picture(ctx: StageContext, policy: Any) -> None:
+    """Which slot the gates chose on the target's test tasks, per turn type (``routing.png``/``.json``)."""
+    from trace_train.compose.compare import gate_chart
+
+    choices = [
+        {"env": env, "turn": kind, "slot": slot, "count": n}
+        for (env, kind, slot), n in policy.choices.items()
+    ]
+    slots = list(dict.fromkeys(c["slot"] for c in choices))
+    write_json(ctx.dir / "routing.json", choices)
+    gate_chart(choices, slots, ctx.dir / "routing.png")

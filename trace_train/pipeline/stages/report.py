@@ -13,7 +13,6 @@ from trace_train.pipeline.report import (
     line_plot,
     p_value,
     read_json,
-    stacked_share_plot,
     write_report,
 )
 from trace_train.pipeline.runner import StageContext
@@ -179,14 +178,12 @@ def gates_section(ctx: StageContext) -> Section:
                 line_plot(shares, "gate step", "share of tokens", "routing during gate training"),
             )
         )
-    routing = (
-        read_json(ctx.upstream_dirs["evaluation"] / "routing.json")
-        if "evaluation" in ctx.upstream_dirs
-        else None
-    )
-    if routing:
-        s.images.append(
-            ("routing.png", stacked_share_plot(routing, "MoE routing on the target's test tasks"))
+    routing = ctx.upstream_dirs["evaluation"] / "routing.png"
+    if routing.is_file():
+        s.images.append(("routing.png", routing.read_bytes()))
+        s.after.append(
+            "Routing picture: share of (token, layer) routing decisions per slot on the target's test tasks, by "
+            "turn type (MoE evaluation, teacher-forced replay of each generated turn)."
         )
     s.paragraphs.append(
         f"Gates over {', '.join(g['names'])}; final training metrics: "
@@ -204,7 +201,8 @@ def evaluation_section(ctx: StageContext) -> Section:
     s = Section(f"Final table: {cfg.target.env_id}, test split")
     s.paragraphs.append(
         f"{rows_in[0]['episodes']} test tasks, the same for every method (greedy decoding). 95% Wilson intervals; "
-        "p: exact McNemar test against the base on the same tasks (gained/lost = tasks the method wins that the base fails, and the reverse). "
+        "p: exact McNemar test against the base on the same tasks (gained/lost = tasks the method wins that the base fails, and the reverse); "
+        "reward diff: mean paired reward difference to the base with a paired-bootstrap 95% interval. "
         "Rollouts: training episodes the method cost beyond the base agent (router and MoE: all adapters plus the gate data)."
     )
     rows = []
@@ -216,8 +214,11 @@ def evaluation_section(ctx: StageContext) -> Section:
                 fmt(r["success_rate"]),
                 f"{r['success_ci'][0]:.3f}-{r['success_ci'][1]:.3f}",
                 fmt(r["reward_mean"]),
-                p_value(vs["p_value"]) if vs else "-",
-                f"+{vs['gained']}/-{vs['lost']}" if vs else "-",
+                p_value(vs["mcnemar_p"]) if vs else "-",
+                f"+{vs['only_b']}/-{vs['only_a']}" if vs else "-",
+                f"{vs['reward_diff']:+.3f} ({vs['reward_diff_ci'][0]:+.3f}, {vs['reward_diff_ci'][1]:+.3f})"
+                if vs
+                else "-",
                 str(r["train_rollouts"]),
                 fmt(r.get("train_wall_s"), 0),
                 fmt(r["eval_wall_s"], 0),
