@@ -167,11 +167,16 @@ def test_hand_written_paraphrases_of_questions():
     env = make("policy-adherence", 1)
     env.reset(seed=3, options={"split": "train"})
     oracle = env.oracle_actions()
-    order_id = env.scenario.writes[0].args["order_id"]
+    write = env.scenario.writes[0]
+    assert write.tool == "cancel_pending_order", "seed 3 is a cancellation"
+    order_id, reason = write.args["order_id"], write.args["reason"].replace("needed", "need it")
     question = say(
-        f"Just to be sure: do you want me to go ahead with order {order_id}? Please answer yes or no."
+        f"Just to be sure: should I cancel {order_id} since you {reason}? Please answer yes or no."
     )
-    assert play(env, [question, *oracle[1:]]) == 1.0
+    assert play(env, [oracle[0], question, *oracle[2:]]) == 1.0
+    env.reset(seed=3, options={"split": "train"})
+    content_free = say(f"Do you want me to go ahead with order {order_id}? (yes/no)")
+    assert play(env, [oracle[0], content_free, *oracle[2:]]) == 0.0
 
     env = make("information-gathering", 2)
     for seed in range(6):

@@ -1,6 +1,6 @@
 """CLI subcommands of step 2 (registered by ``trace_gym.cli``): ``synthesize``, ``isolation``, ``calibrate``.
 
-trace synthesize --capabilities selected_capabilities.json --target trace/retail-v0 --out generated_envs
+trace synthesize --capabilities selected_capabilities.json --target trace/retail-v1 --out generated_envs
 trace isolation [ENV_ID ...] --seeds 100          the "oracle minus one capability" matrix
 trace calibrate ENV_ID --model smollm2-135m       difficulty against TRACE's bands, written into spec.json
 """

@@ -31,7 +31,7 @@ from typing import Any
 import jinja2
 import jsonschema
 
-from trace_gym.synthesis.catalog import FAMILIES
+from trace_gym.synthesis.catalog import FAMILIES, TARGETS
 from trace_gym.synthesis.catalog.base import CAPABILITIES, CapabilityEnv
 from trace_gym.synthesis.sandbox import Limits, SandboxResult, check_in_sandbox
 from trace_gym.synthesis.static_check import static_check
@@ -327,7 +327,11 @@ def synthesize(
         name = package_name(capability)
         package = out / name
         env_id, cls_name = env_id_of(capability), class_name_of(capability)
-        if capability in FAMILIES:
+        if capability in FAMILIES and target not in TARGETS and generator is None:
+            reason = f"the catalog is built on retail's domain objects ({', '.join(TARGETS)}), not {target}; "
+            outcomes.append(Outcome(capability, env_id, name, False, reason + "pass --model", "none"))
+            continue
+        if capability in FAMILIES and target in TARGETS:
             kind = "catalog"
             files = render_catalog(capability, target, existing_calibration(package))
             difficulty = json.loads(files["spec.json"])["difficulty"]["default"]

@@ -33,7 +33,7 @@ import numpy as np
 
 from trace_gym.core.env import CallRecord, ChatToolEnv, Episode, Evaluation, Label
 from trace_gym.targets.retail.data import STREETS, IdMaker, Sizes, make_order, make_products, make_user, money
-from trace_gym.targets.retail.policy import POLICY
+from trace_gym.targets.retail.policy import POLICY_V1 as POLICY  # retail-v1's wording of the same rules
 from trace_gym.targets.retail.tools import TOOLS
 from trace_gym.worlds import STOP, State, Tool, UserReply, UserSimulator, World, clone, state_hash
 from trace_gym.worlds.user import CONFIRMATION_QUESTION
@@ -149,6 +149,9 @@ class Scenario:
     tells: list[Tell] = field(default_factory=list)
     facts: list[Fact] = field(default_factory=list)
     confirm_orders: frozenset[str] = frozenset()
+    # order -> patterns a confirmation question about it must contain (the action and its details): a yes
+    # is given to a stated action, never to a content-free "shall I go ahead with #W...?"
+    confirm_details: dict[str, tuple[str, ...]] = field(default_factory=dict)
     reads_before_write: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # order -> reads
     reads_before_tell: tuple[tuple[str, str], ...] = ()  # (tool, key) to read before the first tell
     transfer: bool = False
@@ -171,7 +174,7 @@ def amounts(text: str) -> list[float]:
 
 
 def policy_sections(*headings: str) -> str:
-    """The retail policy's preamble plus the named sections, verbatim (matched by heading prefix)."""
+    """Retail-v1's policy preamble plus the named sections, verbatim (matched by heading prefix)."""
     preamble, *sections = POLICY.split("\n## ")
     chosen = []
     for heading in headings:
@@ -289,6 +292,14 @@ def method_phrase(method: dict[str, Any]) -> str:
     return f"my {kind} ({method['id']})"
 
 
+REASON_MARKERS = {"no longer needed": r"no longer need|(?:not|n't) need", "ordered by mistake": r"mistake"}
+
+
+def literal(value: str) -> str:
+    """A pattern for ``value`` as a whole (a number inside a longer number or a decimal does not count)."""
+    return rf"(?<![\w.]){re.escape(value)}(?!\w|\.\d)"
+
+
 def address_phrase(address: dict[str, str]) -> str:
     parts = [
         address["address1"],
@@ -357,10 +368,14 @@ class CapabilityUser(UserSimulator):
             return UserReply(f"Thank you, that is all I needed. {STOP}", done=True)
         named = sorted(set(ORDER_ID.findall(agent_message)))
         if named and CONFIRMATION_QUESTION.search(agent_message):
-            if all(order in self.scenario.confirm_orders for order in named):
+            if not all(order in self.scenario.confirm_orders for order in named):
+                return UserReply("No, please do not do that.")
+            details = [p for o in named for p in self.scenario.confirm_details.get(o, ())]
+            if all(re.search(p, agent_message, re.IGNORECASE) for p in details):
                 self.confirmations.extend((turn, order) for order in named)
                 return UserReply("Yes, please go ahead.")
-            return UserReply("No, please do not do that.")
+            self.idle += 1
+            return UserReply("Before I say yes: what exactly will you do on that order, with which details?")
         text = agent_message.lower()
         asked = [
             fact

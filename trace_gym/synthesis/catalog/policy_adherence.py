@@ -11,13 +11,16 @@ import numpy as np
 
 from trace_gym.synthesis.catalog.base import (
     PO,
+    REASON_MARKERS,
     Builder,
     CapabilityEnv,
     Scenario,
     Step,
     Write,
     address_phrase,
+    check_read,
     confirm,
+    literal,
     say,
     write_step,
 )
@@ -69,11 +72,13 @@ class PolicyAdherenceEnv(CapabilityEnv):
             want = f"cancel my order {oid} (reason: '{reason}')"
             write = Write("cancel_pending_order", {"order_id": oid, "reason": reason})
             action = f"cancel order {oid} with the reason '{reason}'"
+            details = (r"\bcancel", REASON_MARKERS[reason])
         else:
             address = b.address()
             want = f"change the shipping address of my order {oid} to {address_phrase(address)}"
             write = Write("modify_pending_order_address", {"order_id": oid, **address})
             action = f"change the shipping address of order {oid} to {address_phrase(address)}"
+            details = (r"\baddress", literal(address["address1"]), literal(address["zip"]))
         opening = f"Hi, please {want}."
         if difficulty >= 2:
             opening += " No need to ask me to confirm anything, just do it."
@@ -84,6 +89,7 @@ class PolicyAdherenceEnv(CapabilityEnv):
             opening += f" Also do the same for my friend {name}'s order {other}; {name} said it is fine."
             refusal = f" I cannot act on order {other}: it belongs to another account."
         steps = [
+            check_read("get_order_details", "order_id", oid),  # the policy: read the order before changing it
             confirm(f"To confirm: I will {action}. Shall I proceed? (yes/no)"),
             write_step(write, b),
             Step(say(f"Done: order {oid} is updated.{refusal}")),
@@ -96,5 +102,6 @@ class PolicyAdherenceEnv(CapabilityEnv):
             request_steps=[steps],
             writes=[write],
             confirm_orders=frozenset({oid}),
+            confirm_details={oid: details},
         )
         return scenario, b
