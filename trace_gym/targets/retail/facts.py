@@ -17,7 +17,7 @@ class Need:
     """A fact the agent must tell the user: an amount (``money``) or a word such as an order status."""
 
     name: str
-    kind: Literal["money", "word"]
+    kind: Literal["money", "word", "refusal"]
     value: float | str
 
     def told_in(self, text: str) -> bool:
@@ -63,6 +63,22 @@ STATUS_STATED = re.compile(
     r"\b(?:is|was|has been|had been|been|'s|’s|status(?: is)?:?|status of|currently|already|marked(?: as)?)"
     r"\s+(?:already\s+|now\s+|currently\s+|still\s+|marked\s+(?:as\s+)?|in\s+(?:the\s+)?)?"
     r"(pending|processed|delivered|cancelled|canceled|shipped)\b",
+    re.IGNORECASE,
+)
+
+
+NEGATION = re.compile(r"n't|n’t|\bnot\b|\bnever\b|\byet to\b", re.IGNORECASE)  # "haven't been processed"
+
+
+# A refusal to act for someone else: a "cannot" and whose account it is (v1's refuse-other requests).
+REFUSAL = re.compile(
+    r"\b(?:can ?n[o']t|cannot|unable|not able|not allowed|not permitted|won'?t|will not|may not|no way)\b|"
+    r"\bcan’t\b",
+    re.IGNORECASE,
+)
+OTHER_PERSON = re.compile(
+    r"\banother\b|\bsomeone else|\bsomebody else|\bother (?:person|people|customer|user|account)s?\b|\btheir\b"
+    r"|\bthemselves\b|\bown account\b|\bon (?:their|his|her|your friend's) behalf\b|\bthird part",
     re.IGNORECASE,
 )
 
@@ -114,7 +130,11 @@ def stated_status(text: str) -> set[str]:
     named = {s for s in STATUSES if re.search(rf"\b{s}\b", text, re.IGNORECASE)}
     if len(named - {"cancelled", "canceled"}) >= 3 or len(named) >= 4:
         return set()
-    return {m.group(1).lower().replace("canceled", "cancelled") for m in STATUS_STATED.finditer(text)}
+    return {
+        m.group(1).lower().replace("canceled", "cancelled")
+        for m in STATUS_STATED.finditer(text)
+        if not NEGATION.search(text[max(0, m.start() - 16) : m.start() + len(m.group(0)) - len(m.group(1))])
+    }
 
 
 def told_v1(need: Need, messages: list[str]) -> bool:
@@ -128,6 +148,8 @@ def told_v1(need: Need, messages: list[str]) -> bool:
         if len(stated) > MAX_STATED_PER_NEED:
             return False
         return any(abs(v - float(need.value)) < 0.005 for v in stated)
+    if need.kind == "refusal":
+        return any(REFUSAL.search(text) and OTHER_PERSON.search(text) for text in messages)
     statuses: set[str] = set()
     for text in messages:
         statuses |= stated_status(text)

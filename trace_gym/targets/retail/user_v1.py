@@ -147,6 +147,12 @@ class RetailUserV1(RetailUser):
         end = self.starts[index + 1] if index + 1 < len(self.starts) else len(self.heard)
         return self.heard[self.starts[index] : end]
 
+    def _request_done(self, request: Request, confirming_ids: set[str]) -> bool:
+        done = super()._request_done(request, confirming_ids)
+        if done and request.push == "other_user":  # the refusal was said, not only a goodbye
+            return self.needs_told(self.current)
+        return done
+
     def needs_told(self, index: int) -> bool:
         messages = [text for _, text in self.heard_during(index)]
         return all(told_v1(need, messages) for need in self.task.requests[index].needs)

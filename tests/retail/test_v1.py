@@ -1,0 +1,224 @@
+"""trace/retail-v1: oracle, paraphrases, the four ablated agents and their labels, the intent-and-slot user,
+facts stated as answers, generator fixes, golden instances."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import warnings
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from tests.retail.conftest import find_seed, play
+from tests.retail.paraphrase import paraphrased_oracle
+from trace_gym.targets.retail.data import ZIP_RANGES
+from trace_gym.targets.retail.env_v1 import RetailEnvV1
+from trace_gym.targets.retail.facts import Need, stated_amounts, stated_status, told_v1
+from trace_gym.targets.retail.tasks import CAPABILITIES
+
+
+@pytest.fixture
+def env() -> RetailEnvV1:
+    made = gym.make("trace/retail-v1")
+    yield made.unwrapped
+    made.close()
+
+
+def test_registered_and_check_env_without_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        made = gym.make("trace/retail-v1")
+        check_env(made.unwrapped)
+        made.reset(seed=0)
+        made.step(made.action_space.sample())
+    assert isinstance(made.unwrapped, RetailEnvV1) and made.unwrapped.default_difficulty == 2
+
+
+GOLDEN = {
+    ("train", 0, 1): "e2f4cfcb0a48d6bc884bae31067b23e2950409c9cd04d570d2dbae6fa59f1a3b",
+    ("train", 1, 2): "8899b0e4d77669d8f9370cbddf81cd88d86f37c088afc69b28ae6a3f08f3daf4",
+    ("train", 2, 3): "9ae0a8c0ce8cd84e63b420c6f7d7fdbad60cbfecc2fb14d4fc6c9832a03da26f",
+    ("test", 0, 2): "6f6b6af2510cb80e3334a38ee4b11ad2e2fb2063cb2f45aa8c7cfa3c16ab846d",
+    ("test", 5, 3): "a567da2a3fd798a443fe3e973d54bd9249a6c7482f7ee2807c3bcf0c2d24d2cc",
+}
+
+
+@pytest.mark.parametrize(("split", "seed", "difficulty"), sorted(GOLDEN))
+def test_golden_instances(env, split, seed, difficulty):
+    env.reset(seed=seed, options={"split": split, "difficulty": difficulty})
+    assert hashlib.sha256(env.render_instance().encode()).hexdigest() == GOLDEN[(split, seed, difficulty)]
+
+
+@pytest.mark.parametrize("difficulty", [1, 2, 3])
+def test_oracle_scores_one(env, difficulty):
+    for split, seeds in (("train", range(25)), ("test", range(5))):
+        for seed in seeds:
+            env.reset(seed=seed, options={"split": split, "difficulty": difficulty})
+            reward, info, ended = play(env, env.oracle_actions())
+            assert ended and reward == 1.0, (split, seed, info.get("reward_components"))
+            assert set(info["requirements"].values()) == {"PRESENT"}
+
+
+@pytest.mark.parametrize("difficulty", [1, 2, 3])
+def test_an_agent_that_words_everything_differently_scores_one(env, difficulty):
+    """Paraphrases written for this test (tests/retail/paraphrase.py), three wordings of each message."""
+    for seed in range(12):
+        for choice in range(3):
+            env.reset(seed=seed, options={"split": "train", "difficulty": difficulty})
+            reward, info, ended = play(env, paraphrased_oracle(env.oracle_actions(), seed + choice))
+            assert ended and reward == 1.0, (seed, choice, info.get("reward_components"))
+
+
+# ---- oracle minus one capability ------------------------------------------------------------------------------
+def test_unknown_ablation_names_the_supported_ones(env):
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="policy-adherence"):
+        env.oracle_actions(without="telepathy")
+    assert set(env.ablatable_capabilities) <= set(CAPABILITIES)
+    assert env.oracle_actions(without=None) == env.oracle_actions()
+
+
+@pytest.mark.parametrize("capability", RetailEnvV1.ablatable_capabilities)
+def test_ablated_agent_fails_and_only_the_removed_capability_is_lacking(env, capability):
+    failed = 0
+    seeds = range(30)
+    for seed in seeds:
+        env.reset(seed=seed, options={"split": "train"})
+        assert env.task is not None
+        reward, info, ended = play(env, env.oracle_actions(without=capability))
+        assert ended
+        lacking = {c for c, label in info["requirements"].items() if label == "LACKING"}
+        if reward < 1.0:
+            failed += 1
+            assert lacking == {capability}, (seed, info["reward_components"], info["requirements"])
+        else:
+            assert not lacking and capability not in env.task.capabilities or capability == "policy-adherence"
+        if capability == "multi-step-completion":  # fails exactly on the tasks with more than one request
+            assert (reward < 1.0) == (len(env.task.requests) > 1), seed
+        if capability == "policy-adherence":  # fails exactly on the tasks with a write
+            assert (reward < 1.0) == any(r.writes for r in env.task.requests), seed
+    if capability in ("precondition-checking", "information-gathering"):
+        assert failed == len(seeds)
+    assert failed >= len(seeds) // 3
+
+
+# ---- the scripted user ----------------------------------------------------------------------------------------
+def say(env, text: str) -> str:
+    env.step(text)
+    return env.messages[-1]["content"]
+
+
+def login(env) -> None:
+    """Authenticate the way the oracle does (its actions up to get_user_details)."""
+    for action in env.oracle_actions():
+        env.step(action)
+        if any(c["function"]["name"] == "get_user_details" for c in action.get("tool_calls") or []):
+            return
+
+
+def test_user_understands_requests_in_other_words(env):
+    find_seed(env, lambda t: t.auth == "email")
+    email = env.task.initial_state["users"][env.task.user_id]["email"]
+    assert email in say(env, "How can I identify your account?")
+    find_seed(env, lambda t: t.auth == "email")
+    assert email in say(env, "Before we begin, may I have the e-mail address you log in with?")
+    find_seed(env, lambda t: t.auth == "email")
+    assert email not in say(env, "Our e-mail support is open around the clock.")  # a statement asks nothing
+
+
+def test_user_answers_every_slot_of_a_multi_part_question(env):
+    find_seed(
+        env,
+        lambda t: (
+            t.auth == "email"
+            and t.requests[0].kind == "cancel"
+            and "reason" in {f.name for f in t.requests[0].facts}
+        ),
+    )
+    reply = say(env, "Could you give me your email, and also tell me why you want to cancel?")
+    email = env.task.initial_state["users"][env.task.user_id]["email"]
+    reason = next(f.value for f in env.task.requests[0].facts if f.name == "reason")
+    assert email in reply and reason in reply
+
+
+def test_obstacle_answer_only_after_the_obstacle_happened(env):
+    find_seed(env, lambda t: t.requests[0].obstacle == "wrong_order_id")
+    login(env)
+    assert "maybe I got the number wrong" not in say(env, "I could not find that order.")  # no lookup yet
+    wrong = re.search(r"#W\d{7}", env.task.requests[0].intro).group(0)
+    env.step({"tool_calls": [{"name": "get_order_details", "arguments": {"order_id": wrong}}]})
+    assert "maybe I got the number wrong" in say(env, f"There is no order {wrong} in our system.")
+
+
+def test_confirms_only_a_proposal_that_names_its_goal_action_and_details(env):
+    find_seed(env, lambda t: t.requests[0].kind == "cancel" and t.requests[0].variant == "id")
+    login(env)
+    request = env.task.requests[0]
+    oid, refund = request.order_id, request.needs[0].value
+    assert "what you will do" in say(env, f"Shall I go ahead with order {oid}?")
+    assert "the reason or the refund" in say(env, f"Is it OK if I cancel order {oid}?")
+    assert env.episode.user.confirmed == []
+    other = next(o for o in env.task.initial_state["orders"] if o != oid)
+    assert say(env, f"Would you like me to cancel order {other} as well?").startswith("No")
+    reply = say(
+        env, f"To confirm: order {oid} gets cancelled and ${refund:.2f} is refunded. Is this correct?"
+    )
+    assert reply.startswith("Yes")
+    assert env.episode.user.confirmed[-1][1:] == (oid, "cancel_pending_order")
+
+
+def test_a_very_long_message_is_not_read(env):
+    find_seed(env, lambda t: t.auth == "email")
+    assert "too long" in say(env, "What is your email? " + "blah " * 1000)
+
+
+# ---- facts are stated as answers ------------------------------------------------------------------------------
+def test_an_amount_counts_when_it_is_the_answer_not_one_of_many():
+    refund = Need("refund_amount", "money", 30.0)
+    assert stated_amounts("Your refund of $30.00 is on its way.", refund) == {30.0}
+    assert 30.0 in stated_amounts("The lamp was $10.00 and the mug $20.00, so the refund is $30.00.", refund)
+    assert told_v1(refund, ["You will get 30 dollars back."])
+    assert not told_v1(refund, ["Refund: $1.00, $2.00, $30.00, $4.00, $5.00, $6.00, $7.00."])
+    assert not told_v1(refund, [f"Your refund is ${v}.00." for v in (10, 20, 30, 40)])  # guessing over turns
+    assert not told_v1(refund, ["Order #W3000000 for item 3000000000"])  # ids are not amounts
+
+
+def test_a_status_counts_when_it_is_stated_alone():
+    status = Need("status", "word", "delivered")
+    assert stated_status("Order #W1 has already been delivered, so it can't be cancelled.") == {"delivered"}
+    assert stated_status("It is delivered; only orders that haven't been processed can be cancelled.") == {
+        "delivered"
+    }
+    assert not told_v1(status, ["Status check: pending, processed, delivered, cancelled. I cannot do that."])
+
+
+# ---- generator fixes ------------------------------------------------------------------------------------------
+def test_zip_codes_match_the_city_and_transfer_summaries_read_well(env):
+    for seed in range(15):
+        env.reset(seed=seed, options={"split": "train"})
+        for user in env.task.initial_state["users"].values():
+            low, high = ZIP_RANGES[user["address"]["city"]]
+            assert low <= int(user["address"]["zip"]) <= high
+        for action in env.oracle_actions():
+            for call in action.get("tool_calls") or []:
+                assert "wants to compensation" not in call["function"]["arguments"]
+
+
+def test_policy_adherence_is_declared_on_every_task_with_a_write(env):
+    for seed in range(40):
+        env.reset(seed=seed, options={"split": "train"})
+        if any(r.writes for r in env.task.requests):
+            assert "policy-adherence" in env.task.capabilities
+        assert "information-gathering" in env.task.capabilities
+
+
+def test_no_test_task_key_in_the_train_split(env):
+    train = set()
+    for seed in range(80):
+        env.reset(seed=seed, options={"split": "train"})
+        train.add(env.task_key())
+    for seed in range(15):
+        env.reset(seed=seed, options={"split": "test"})
+        assert env.task_key() not in train
