@@ -120,6 +120,32 @@ class PromptEnv(gym.Env):
         return [], reward_fn([action])[0], True, False, {}
 
 
+# ~355-token prompts (SmolLM2 tokenizer, chat template included) for the long-prompt comparison with TRL: a
+# distinct context per prompt, so only a group's completions share a prompt
+_FACTS = [
+    "The warehouse in {c} ships {n} parcels a day and keeps a reserve of {m} units of every fast-moving item.",
+    "Its night shift in {c} checks the inventory twice, and any count that differs by more than {m} is redone.",
+    "Customers near {c} receive orders within {n} hours unless the weather closes the northern road.",
+    "The manager in {c} wants a short report every week listing the {m} slowest products and their stock.",
+]
+LONG_PROMPTS = [
+    " ".join(_FACTS[j % 4].format(c=city, n=10 + 7 * j + k, m=3 + j + k) for j in range(14))
+    + f" Question {k}: summarise the situation in {city} in three sentences."
+    for k, city in enumerate(["Lyon", "Osaka", "Quito", "Perth"])
+]
+
+
+class LongPromptEnv(PromptEnv):
+    def reset(self, *, seed=None, options=None):
+        gym.Env.reset(self, seed=seed)
+        self.prompt = LONG_PROMPTS[(seed or 0) % len(LONG_PROMPTS)]
+        return [{"role": "user", "content": self.prompt}], {"tools": []}
+
+
+if "bench/longprompt-v0" not in gym.registry:
+    gym.register("bench/longprompt-v0", entry_point=LongPromptEnv)
+
+
 def reward_fn(texts: list[str]) -> list[float]:
     return [min(1.0, len(set(t.split())) / 20.0) for t in texts]
 
@@ -129,12 +155,22 @@ if "bench/prompt-v0" not in gym.registry:
 
 
 def bench_trace_grpo(
-    model: str, steps: int, groups: int, g: int, comp: int, rank: int, dtype: str
+    model: str,
+    steps: int,
+    groups: int,
+    g: int,
+    comp: int,
+    rank: int,
+    dtype: str,
+    env_id: str = "bench/prompt-v0",
+    micro_batch: int | None = None,
+    engine: str = "cached",
 ) -> list[float]:
     from trace_train.grpo.trainer import GRPOArgs, GRPOTrainer
 
     args = GRPOArgs(
-        env_id="bench/prompt-v0",
+        engine=engine,
+        env_id=env_id,
         model=model,
         out=tempfile.mkdtemp(prefix="bench-trace-"),
         steps=steps + 1,
@@ -146,7 +182,7 @@ def bench_trace_grpo(
         beta=0.0,
         lora_rank=rank,
         lora_alpha=2 * rank,
-        micro_batch_size=groups * g,
+        micro_batch_size=micro_batch or groups * g,
         save_every=0,
         tensorboard=False,
         progress=False,
@@ -165,7 +201,14 @@ def bench_trace_grpo(
 
 
 def bench_trl_grpo(
-    model: str, steps: int, groups: int, g: int, comp: int, rank: int, dtype: str
+    model: str,
+    steps: int,
+    groups: int,
+    g: int,
+    comp: int,
+    rank: int,
+    dtype: str,
+    prompts: list[str] | None = None,
 ) -> list[float]:
     from datasets import Dataset
     from peft import LoraConfig
@@ -175,7 +218,9 @@ def bench_trl_grpo(
     from trace_train.policies.hf import LoraSettings
 
     m, tok = load_model(model, dtype=dtype)
-    data = Dataset.from_list([{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS * 64])
+    data = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": p}]} for p in (prompts or PROMPTS) * 64]
+    )
     times: list[float] = []
 
     class Timer(TrainerCallback):

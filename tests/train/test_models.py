@@ -75,7 +75,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         if checkpointing:
             enable_gradient_checkpointing(peft_model)
         peft_model.train()
-        logp, tmask = sequence_logprobs(peft_model, ids, torch.ones_like(ids), pmask)
+        logp, tmask = sequence_logprobs(peft_model, ids, torch.ones_like(ids), pmask, share_prefix=False)
         (logp * tmask).sum().backward()
         grads.append({n: p.grad for n, p in peft_model.named_parameters() if p.grad is not None})
     assert grads[0].keys() == grads[1].keys() and grads[0]

@@ -1,0 +1,388 @@
+"""The cached engine against the simple one, every figure measured side by side in one run (issue 9).
+
+    python benchmarks/bench_engine.py                         # the issue's sizes (hours on 2 busy cores)
+    python benchmarks/bench_engine.py --preset reduced        # the reduced sizes of the committed results
+    tox -e bench -- --preset reduced
+
+Figures (each side runs in its own subprocess, one after the other, so each reports its own peak RSS):
+
+1. ``evaluate`` on retail test episodes (difficulty 2, greedy, bf16): wall time simple / cached, and in float32 the
+   share of episodes whose token ids are identical under both engines (same seeds);
+2. one GRPO step on retail (seeds x rollouts), ``--engine simple`` vs ``--engine cached``: seconds and peak RSS;
+3. SFT on retail oracle episodes: trained tokens/s, padded (simple) vs shared prefix + packed (cached);
+4. the long-prompt GRPO step against TRL (SmolLM2 fp32, LoRA r16, 4 prompts x 8 completions x 64 tokens,
+   ~355-token prompts): trace s/step / TRL s/step and peak RSS per side (TRL last, skipped without ``trl``);
+5. roofline: the engine's prefill and decode tokens/s as achieved FLOP/s against this machine's measured bf16
+   matmul peak.
+
+Reduced sizes are written into the results (``sizes``), so ratios are never read without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "issue": dict(
+        eval_episodes=32,
+        eval_turns=10,
+        eval_tokens=96,
+        equiv_episodes=32,
+        grpo_seeds=4,
+        grpo_group=4,
+        grpo_turns=10,
+        grpo_tokens=96,
+        sft_episodes=32,
+        trl_prompts=4,
+        trl_group=8,
+        trl_tokens=64,
+        trl_micro=[8, 32],
+    ),
+    "reduced": dict(
+        eval_episodes=8,
+        eval_turns=4,
+        eval_tokens=48,
+        equiv_episodes=4,
+        grpo_seeds=2,
+        grpo_group=2,
+        grpo_turns=3,
+        grpo_tokens=32,
+        sft_episodes=4,
+        trl_prompts=4,
+        trl_group=8,
+        trl_tokens=64,
+        trl_micro=[32],
+    ),
+}
+
+
+# ----- sides (each runs in a fresh process) --------------------------------------------------------------------
+def _rss() -> float:
+    from trace_train.metrics import peak_rss_mb
+
+    return peak_rss_mb()
+
+
+def side_eval(engine: str, dtype: str, episodes: int, turns: int, tokens: int, model: str) -> dict[str, Any]:
+    from trace_train.evaluate import evaluate
+    from trace_train.policies.base import SamplingConfig
+    from trace_train.policies.hf import HFPolicy
+
+    policy = HFPolicy.from_pretrained(model, dtype=dtype).configure(engine=engine)
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=tokens)
+    t0 = time.perf_counter()
+    res = evaluate(
+        policy,
+        "trace/retail-v0",
+        episodes=episodes,
+        split="test",
+        sampling=sampling,
+        max_turns=turns,
+        batch_size=8,
+        difficulty=2,
+    )
+    wall = time.perf_counter() - t0
+    out = {
+        "engine": engine,
+        "dtype": dtype,
+        "seconds": wall,
+        "episodes": episodes,
+        "generated_tokens": sum(r["generated_tokens"] for r in res.trajectories),
+        "turns": sum(r["turns"] for r in res.trajectories),
+        "success_rate": res.success_rate,
+        "peak_rss_mb": _rss(),
+    }
+    if engine == "cached":
+        st = policy._cached_engine.stats
+        out["engine_stats"] = dict(st.__dict__)
+        out["n_params"] = sum(p.numel() for p in policy.model.parameters())
+    return out
+
+
+def side_equiv(dtype: str, episodes: int, turns: int, tokens: int, model: str) -> dict[str, Any]:
+    """Both engines on the same seeds (float32): which episodes have identical token ids."""
+    from trace_train.envs import make_env, reset_seed
+    from trace_train.policies.base import SamplingConfig
+    from trace_train.policies.hf import HFPolicy
+    from trace_train.rollout import ResetSpec, collect
+
+    policy = HFPolicy.from_pretrained(model, dtype=dtype)
+    envs = [make_env("trace/retail-v0") for _ in range(episodes)]
+    specs = [
+        ResetSpec(seed=reset_seed("test", i, envs[0]), group=i, split="test", difficulty=2)
+        for i in range(episodes)
+    ]
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=tokens)
+    runs = {e: collect(policy, envs, specs, sampling, turns, engine=e) for e in ("simple", "cached")}
+    same = [a.token_ids == b.token_ids for a, b in zip(runs["simple"], runs["cached"], strict=True)]
+    first_diff = []
+    for a, b in zip(runs["simple"], runs["cached"], strict=True):
+        n = next((j for j, (x, y) in enumerate(zip(a.token_ids, b.token_ids, strict=False)) if x != y), None)
+        first_diff.append(n)
+    return {
+        "dtype": dtype,
+        "episodes": episodes,
+        "identical": sum(same),
+        "identical_share": sum(same) / episodes,
+        "first_difference_at": first_diff,
+        "peak_rss_mb": _rss(),
+    }
+
+
+def side_grpo(engine: str, seeds: int, group: int, turns: int, tokens: int, model: str, dtype: str) -> dict:
+    from trace_train.grpo.trainer import GRPOArgs, GRPOTrainer
+
+    args = GRPOArgs(
+        env_id="trace/retail-v0",
+        model=model,
+        out=tempfile.mkdtemp(prefix=f"bench-grpo-{engine}-"),
+        steps=1,
+        groups_per_step=seeds,
+        group_size=group,
+        max_new_tokens=tokens,
+        max_turns=turns,
+        difficulty=2,
+        micro_batch_size=group,
+        save_every=0,
+        tensorboard=False,
+        progress=False,
+        dtype=dtype,
+        engine=engine,
+    )
+    trainer = GRPOTrainer(args)
+    t0 = time.perf_counter()
+    metrics = trainer.train()
+    wall = time.perf_counter() - t0
+    keep = ("gen_seconds", "train_seconds", "env_seconds", "reward_mean", "train_tokens_per_s")
+    return {
+        "engine": engine,
+        "seconds": wall,
+        **{k: metrics.get(k) for k in keep},
+        "peak_rss_mb": _rss(),
+    }
+
+
+def side_sft(engine: str, episodes: int, model: str, dtype: str) -> dict[str, Any]:
+    from trace_train.config import SFTArgs
+    from trace_train.sft import run_sft
+
+    args = SFTArgs(
+        env_id="trace/retail-v0",
+        model=model,
+        out=tempfile.mkdtemp(prefix=f"bench-sft-{engine}-"),
+        episodes=episodes,
+        epochs=1,
+        batch_size=4,
+        difficulty=2,
+        max_turns=30,
+        dtype=dtype,
+        engine=engine,
+    )
+    s = run_sft(args)
+    keep = ("trajectories", "steps", "train_seconds", "tokens_per_s", "agent_tokens_per_s", "final_loss")
+    return {"engine": engine, **{k: s[k] for k in keep}, "peak_rss_mb": _rss()}
+
+
+def side_trace_long(
+    engine: str, micro: int, prompts: int, group: int, tokens: int, model: str
+) -> dict[str, Any]:
+    from bench_rollout_and_grpo import bench_trace_grpo
+
+    times = bench_trace_grpo(
+        model,
+        steps=1,
+        groups=prompts,
+        g=group,
+        comp=tokens,
+        rank=16,
+        dtype="float32",
+        env_id="bench/longprompt-v0",
+        micro_batch=micro,
+        engine=engine,
+    )
+    return {"engine": engine, "micro_batch": micro, "s_per_step": times[-1], "peak_rss_mb": _rss()}
+
+
+def side_trl_long(prompts: int, group: int, tokens: int, model: str) -> dict[str, Any]:
+    from bench_rollout_and_grpo import LONG_PROMPTS, bench_trl_grpo
+
+    times = bench_trl_grpo(
+        model, steps=1, groups=prompts, g=group, comp=tokens, rank=16, dtype="float32", prompts=LONG_PROMPTS
+    )
+    return {"s_per_step": times[-1], "peak_rss_mb": _rss()}
+
+
+def side_matmul_peak() -> dict[str, Any]:
+    import torch
+
+    out = {}
+    for name, dtype in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+        a = torch.randn(2048, 2048, dtype=dtype)
+        b = torch.randn(2048, 2048, dtype=dtype)
+        a @ b
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - t0)
+        out[name] = 2 * 2048**3 / best
+    return {"matmul_flops_per_s": out}
+
+
+SIDES = {
+    "eval": side_eval,
+    "equiv": side_equiv,
+    "grpo": side_grpo,
+    "sft": side_sft,
+    "trace_long": side_trace_long,
+    "trl_long": side_trl_long,
+    "matmul": side_matmul_peak,
+}
+
+
+def run_side(name: str, timeout: float, **kw) -> dict[str, Any]:
+    """One side in a fresh process (its own peak RSS); a failure is recorded, not fatal."""
+    cmd = [sys.executable, __file__, "--side", name, "--side-args", json.dumps(kw)]
+    print(f"  {name} {kw} ...", flush=True)
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s", **kw}
+    if p.returncode != 0:
+        return {
+            "error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}",
+            **kw,
+        }
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    print(f"    -> {json.dumps(res)[:300]} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    return res
+
+
+def _ratio(a: dict, b: dict, key: str) -> float | None:
+    if "error" in a or "error" in b or not a.get(key) or not b.get(key):
+        return None
+    return a[key] / b[key]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", choices=sorted(PRESETS), default="issue")
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--figures", default="1,2,3,4,5", help="comma-separated figure numbers to run")
+    p.add_argument("--skip-trl", action="store_true")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds per side")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json-out", default=str(HERE / "results" / "engine.json"))
+    p.add_argument("--side", help=argparse.SUPPRESS)
+    p.add_argument("--side-args", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
+    if a.side:
+        import torch
+
+        torch.set_num_threads(a.threads)
+        print(json.dumps(SIDES[a.side](**json.loads(a.side_args))))
+        return
+    z = PRESETS[a.preset]
+    figures = {int(f) for f in a.figures.split(",")}
+    report: dict[str, Any] = {
+        "preset": a.preset,
+        "sizes": z,
+        "model": a.model,
+        "threads": a.threads,
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
+        "load_average_at_start": os.getloadavg(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    t = a.timeout
+    if 1 in figures or 5 in figures:
+        print("1. evaluate on retail (bf16), simple vs cached", flush=True)
+        kw = dict(episodes=z["eval_episodes"], turns=z["eval_turns"], tokens=z["eval_tokens"], model=a.model)
+        s = run_side("eval", t, engine="simple", dtype="bfloat16", **kw)
+        c = run_side("eval", t, engine="cached", dtype="bfloat16", **kw)
+        eq = run_side("equiv", t, **{**kw, "episodes": z["equiv_episodes"]}, dtype="float32")
+        report["evaluate"] = {"simple": s, "cached": c, "speedup": _ratio(s, c, "seconds"), "greedy_fp32": eq}
+        if "error" not in c:
+            report["evaluate"]["projected_200_episodes_min"] = c["seconds"] / c["episodes"] * 200 / 60
+    if 2 in figures:
+        print("2. one GRPO step on retail, simple vs cached", flush=True)
+        kw = dict(
+            seeds=z["grpo_seeds"],
+            group=z["grpo_group"],
+            turns=z["grpo_turns"],
+            tokens=z["grpo_tokens"],
+            model=a.model,
+        )
+        s = run_side("grpo", t, engine="simple", dtype="bfloat16", **kw)
+        c = run_side("grpo", t, engine="cached", dtype="bfloat16", **kw)
+        report["grpo_step"] = {"simple": s, "cached": c, "speedup": _ratio(s, c, "seconds")}
+    if 3 in figures:
+        print("3. SFT on retail oracle episodes, simple vs cached", flush=True)
+        s = run_side("sft", t, engine="simple", episodes=z["sft_episodes"], model=a.model, dtype="bfloat16")
+        c = run_side("sft", t, engine="cached", episodes=z["sft_episodes"], model=a.model, dtype="bfloat16")
+        report["sft"] = {"simple": s, "cached": c, "tokens_per_s_ratio": _ratio(c, s, "tokens_per_s")}
+    if 5 in figures:
+        print("5. roofline", flush=True)
+        mm = run_side("matmul", 600)
+        roof: dict[str, Any] = {**mm}
+        c = report.get("evaluate", {}).get("cached", {})
+        if "engine_stats" in c and "matmul_flops_per_s" in mm:
+            st, n = c["engine_stats"], c["n_params"]
+            peak = mm["matmul_flops_per_s"]["bfloat16"]
+            pre = st["prefill_tokens"] / max(st["prefill_seconds"], 1e-9)
+            dec = st["decode_tokens"] / max(st["decode_seconds"], 1e-9)
+            roof.update(
+                prefill_tokens_per_s=pre,
+                decode_tokens_per_s=dec,
+                prefill_fraction_of_bf16_peak=2 * n * pre / peak,
+                decode_fraction_of_bf16_peak=2 * n * dec / peak,
+                note="achieved FLOP/s = 2 x parameters x tokens/s (attention not counted)",
+            )
+        report["roofline"] = roof
+    if 4 in figures:
+        print("4. long-prompt GRPO step: trace vs TRL (fp32, LoRA r16)", flush=True)
+        kw = dict(prompts=z["trl_prompts"], group=z["trl_group"], tokens=z["trl_tokens"], model=a.model)
+        sides = {}
+        for micro in z["trl_micro"]:
+            sides[f"trace_cached_micro{micro}"] = run_side(
+                "trace_long", t, engine="cached", micro=micro, **kw
+            )
+        sides["trace_simple_micro8"] = run_side("trace_long", t, engine="simple", micro=8, **kw)
+        try:
+            import trl  # noqa: F401
+
+            have_trl = True
+        except ImportError:
+            have_trl = False
+        if have_trl and not a.skip_trl:
+            sides["trl"] = run_side("trl_long", t, **kw)  # last and alone: ~14.5 GB
+        else:
+            sides["trl"] = {
+                "skipped": "trl not installed (pip install -e .[bench])" if not have_trl else "--skip-trl"
+            }
+        trl_s = sides["trl"].get("s_per_step")
+        for k, v in sides.items():
+            if k.startswith("trace") and trl_s and v.get("s_per_step"):
+                v["over_trl"] = v["s_per_step"] / trl_s
+        report["long_prompt_vs_trl"] = sides
+    report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    print(json.dumps(report, indent=2))
+    Path(a.json_out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.json_out).write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
