@@ -13,14 +13,16 @@
   train it, so it is reported as such).
 
 All are :class:`HFPolicy` subclasses or instances, so ``trace_train.evaluate.evaluate`` runs them through the
-same token-level rollout engine on the same seeds.
+token-level rollout engines on the same seeds (the router and the recording MoE on the ``simple`` engine: one
+``generate`` per turn; the others on the default cached engine).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -34,40 +36,54 @@ TOOL_CALL = re.compile(r"<tool_call>|\"name\"\s*:")
 
 
 class SlotPolicy(HFPolicy):
-    """The composed model with every token forced to one slot (0 = base, k = adapter k)."""
+    """The composed model with every token forced to one slot (0 = base, k = adapter k).
+
+    The slot is forced in ``_generation_context``, which both rollout engines (cached and simple) enter around
+    every model call; each SlotPolicy has its own cached engine, so a kept shared prefix never crosses slots.
+    """
 
     def __init__(self, composition: Composition, tokenizer: Any, slot: int, name: str | None = None):
         super().__init__(composition.model, tokenizer, name=name or composition.slot_names[slot])
         self.composition, self.slot = composition, slot
 
-    def generate_ids(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[list[int]]:
-        with self.composition.forced(self.slot):
-            return super().generate_ids(prompts, sampling)
+    @contextlib.contextmanager
+    def _generation_context(self) -> Iterator[None]:
+        with super()._generation_context(), self.composition.forced(self.slot):
+            yield
 
 
 class MoEPolicy(HFPolicy):
     """Token-level top-1 routing by the trained gates.
 
-    With ``record_choices`` every generated turn is replayed once, teacher-forced, to read the slot each layer
-    chose at the positions that produced the turn's tokens (routing is a deterministic function of the
-    prefix, so this equals what generation chose); counts are kept per (``self.context``, turn type, slot).
+    With ``record_choices`` (simple engine: it needs each turn's prompt and output) every generated turn is
+    replayed once, teacher-forced, to read the slot each layer chose at the positions that produced the
+    turn's tokens (routing is a deterministic function of the prefix, so this equals what generation chose);
+    counts are kept per (``self.context``, turn type, slot). Without it the policy runs on any engine.
     """
 
     def __init__(
         self, composition: Composition, tokenizer: Any, record_choices: bool = False, name: str = "moe"
     ):
-        super().__init__(composition.model, tokenizer, name=name)
+        super().__init__(
+            composition.model, tokenizer, name=name, engine="simple" if record_choices else "cached"
+        )
         self.composition = composition
         self.record_choices = record_choices
         self.context = "target"
-        self.choices: dict[tuple[str, str, str], int] = collections.Counter()
+        self.choices: collections.Counter[tuple[str, str, str]] = collections.Counter()
 
-    def generate_ids(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[list[int]]:
-        with self.composition.forced(None):
-            outs = super().generate_ids(prompts, sampling)
+    @contextlib.contextmanager
+    def _generation_context(self) -> Iterator[None]:
+        with super()._generation_context(), self.composition.forced(None):
+            yield
+
+    def generate_with_logprobs(
+        self, prompts: list[list[int]], sampling: SamplingConfig, logprobs: bool = True
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        outs, lps = super().generate_with_logprobs(prompts, sampling, logprobs)
         if self.record_choices:
             self._record(prompts, outs)
-        return outs
+        return outs, lps
 
     @torch.no_grad()
     def _record(self, prompts: list[list[int]], outs: list[list[int]]) -> None:
@@ -149,17 +165,20 @@ class TaskRouterPolicy(HFPolicy):
             self.cache.popitem(last=False)
         return slot
 
-    def generate_ids(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[list[int]]:
+    def generate_with_logprobs(
+        self, prompts: list[list[int]], sampling: SamplingConfig, logprobs: bool = True
+    ) -> tuple[list[list[int]], list[list[float]]]:
         slots = [self.slot_for(p) for p in prompts]
         outs: list[list[int]] = [[] for _ in prompts]
+        lps: list[list[float]] = [[] for _ in prompts]
         for slot in sorted(set(slots)):
             rows = [i for i, s in enumerate(slots) if s == slot]
             with self.composition.forced(slot):
-                for i, out in zip(
-                    rows, super().generate_ids([prompts[i] for i in rows], sampling), strict=True
-                ):
-                    outs[i] = out
-        return outs
+                ids, lp = super().generate_with_logprobs([prompts[i] for i in rows], sampling, logprobs)
+            for j, i in enumerate(rows):
+                outs[i] = ids[j]
+                lps[i] = lp[j] if lp else []
+        return outs, lps
 
 
 def uniform_merged_policy(base_model: Any, tokenizer: Any, adapters: Sequence[AdapterSpec]) -> HFPolicy:

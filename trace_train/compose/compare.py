@@ -45,7 +45,7 @@ class CompareArgs:
     model: str | None = None  # override the artefact's base model path (same architecture and weights)
     out: str = "runs/compare"
     gate_chart: bool = True
-    capability_episodes: int = 20  # MoE episodes on each capability env for the gate chart (0: target only)
+    capability_episodes: int = 20  # recorded MoE episodes per env (target + capability envs) for the chart
 
 
 def expand_models(models: list[str], adapter_names: list[str]) -> list[str]:
@@ -112,7 +112,7 @@ def make_policy(name: str, comp, tokenizer, manifest: dict[str, Any], args: Comp
     if name in comp.names:
         return SlotPolicy(comp, tokenizer, comp.names.index(name) + 1)
     if name == "moe":
-        return MoEPolicy(comp, tokenizer, record_choices=args.gate_chart)
+        return MoEPolicy(comp, tokenizer)
     if name == "router":
         return TaskRouterPolicy(comp, tokenizer, specs)
     base, _ = load_model(
@@ -169,7 +169,6 @@ def compare(args: CompareArgs) -> dict[str, Any]:
     results: dict[str, EvalResult] = {}
     notes: dict[str, str] = {}
     extra: dict[str, Any] = {}
-    moe_policy = None
     for name in models:
         try:
             policy = make_policy(name, comp, tokenizer, manifest, args)
@@ -192,8 +191,6 @@ def compare(args: CompareArgs) -> dict[str, Any]:
         results[name] = result
         if isinstance(policy, TaskRouterPolicy):
             extra["router_episode_slots"] = dict(policy.episode_slots)
-        if isinstance(policy, MoEPolicy):
-            moe_policy = policy
         if name == "xlora":
             notes[name] = "X-LoRA classifier untrained (as initialised by peft)"
     rows = []
@@ -212,31 +209,40 @@ def compare(args: CompareArgs) -> dict[str, Any]:
         "notes": notes,
         **extra,
     }
-    if moe_policy is not None and args.gate_chart:
-        for spec in comp.adapters:
-            if args.capability_episodes and spec.env_id:
-                moe_policy.context = spec.name
-                evaluate(
-                    moe_policy,
-                    spec.env_id,
-                    episodes=args.capability_episodes,
-                    split=args.split,
-                    sampling=sampling,
-                    max_turns=args.max_turns,
-                    batch_size=args.batch_size,
-                )
-        report["gate_choices"] = [
-            {"env": env, "turn": kind, "slot": slot, "count": n}
-            for (env, kind, slot), n in sorted(moe_policy.choices.items())
-        ]
-        if report["gate_choices"]:
-            report["gate_chart"] = str(
-                gate_chart(report["gate_choices"], comp.slot_names, out / "gate_choices.png")
-            )
+    if "moe" in results and args.gate_chart and args.capability_episodes:
+        report.update(gate_choices(comp, tokenizer, args, sampling, out))
     (out / "compare.json").write_text(json.dumps(report, indent=2, default=str))
     (out / "compare.md").write_text(markdown_table(report))
     (out / "compare.html").write_text(html_table(report))
     return report
+
+
+def gate_choices(comp, tokenizer, args: CompareArgs, sampling: SamplingConfig, out: Path) -> dict[str, Any]:
+    """Which slot the MoE's gates chose, per env (the target and each capability env) and turn type.
+
+    A separate recording run (``capability_episodes`` episodes per env, same split) so the table's MoE row
+    keeps the default engine; see :class:`MoEPolicy`.
+    """
+    policy = MoEPolicy(comp, tokenizer, record_choices=True)
+    envs = [("target", args.target)] + [(s.name, s.env_id) for s in comp.adapters if s.env_id]
+    for context, env_id in envs:
+        policy.context = context
+        evaluate(
+            policy,
+            env_id,
+            episodes=args.capability_episodes,
+            split=args.split,
+            sampling=sampling,
+            max_turns=args.max_turns,
+            batch_size=args.batch_size,
+            seed_offset=args.seed_offset,
+        )
+    choices = [
+        {"env": env, "turn": kind, "slot": slot, "count": n}
+        for (env, kind, slot), n in sorted(policy.choices.items())
+    ]
+    chart = gate_chart(choices, comp.slot_names, out / "gate_choices.png") if choices else None
+    return {"gate_choices": choices, "gate_chart": str(chart) if chart else None}
 
 
 def _cells(row: dict[str, Any]) -> list[str]:

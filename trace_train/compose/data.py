@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 
+from trace_train.compose.baselines import SlotPolicy
 from trace_train.compose.losses import IGNORE
 from trace_train.compose.model import Composition
 from trace_train.envs import make_env, reset_seed
 from trace_train.policies.base import SamplingConfig
-from trace_train.policies.hf import HFPolicy
 from trace_train.rollout import ResetSpec, Trajectory, collect
 
 
@@ -70,7 +70,7 @@ class CollectionReport:
 
 
 def _rollouts(
-    policy: HFPolicy, env_id: str, episodes: int, first_index: int, sampling: SamplingConfig, args: Any
+    policy: SlotPolicy, env_id: str, episodes: int, first_index: int, sampling: SamplingConfig, args: Any
 ) -> list[Trajectory]:
     trajs: list[Trajectory] = []
     envs = [make_env(env_id) for _ in range(min(args.rollout_batch_size, episodes))]
@@ -96,22 +96,23 @@ def collect_gate_data(
         raise ValueError(
             f"{len(env_ids)} envs for {len(composition.names)} adapters: give one env per adapter"
         )
-    policy = HFPolicy(composition.model, tokenizer, name="compose-data")
     sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     examples: list[GateExample] = []
     report = CollectionReport()
     torch.manual_seed(args.seed)
     for k, env_id in enumerate(env_ids, start=1):
-        with composition.forced(k):
-            trajs = _rollouts(policy, env_id, args.episodes_per_env, 0, sampling, args)
+        # one policy (and so one cached engine) per slot: a kept shared prefix must not cross slots
+        trajs = _rollouts(
+            SlotPolicy(composition, tokenizer, k), env_id, args.episodes_per_env, 0, sampling, args
+        )
         good = [t for t in trajs if t.reward >= args.min_reward and t.generated_tokens]
         examples += [label_trajectory(t, k, env_id, lm=True) for t in good]
         report.add(composition.names[k - 1], trajs, len(good))
         if args.base_episodes_per_env:
-            with composition.forced(0):
-                base = _rollouts(
-                    policy, env_id, args.base_episodes_per_env, args.episodes_per_env, sampling, args
-                )
+            base_policy = SlotPolicy(composition, tokenizer, 0)
+            base = _rollouts(
+                base_policy, env_id, args.base_episodes_per_env, args.episodes_per_env, sampling, args
+            )
             kept = [t for t in base if t.generated_tokens]
             examples += [label_trajectory(t, 0, env_id, lm=t.reward >= args.min_reward) for t in kept]
             report.add(f"base@{env_id}", base, len(kept))

@@ -1,0 +1,140 @@
+"""``trace compare`` end to end on a toy target, and the task-level router's per-episode choice."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from tests.compose.helpers import randomise_gates
+from trace_gym.cli import main
+from trace_train.compose.artefact import save_composition
+from trace_train.compose.baselines import TaskRouterPolicy
+from trace_train.policies.base import SamplingConfig
+
+
+def test_compare_cli_pairs_every_method_with_the_base(composition, compose_base, tmp_path, capsys):
+    randomise_gates(composition, seed=2)
+    for spec, env in zip(
+        composition.adapters, ["traintest/lookup-v0", "traintest/chat3-v0", "traintest/echo-v0"], strict=True
+    ):
+        spec.env_id = env
+    art = save_composition(composition, tmp_path / "art", base_model=str(compose_base)).parent
+    out = tmp_path / "cmp"
+    code = main(
+        [
+            "compare", "traintest/lookup-v0", "--composition", str(art), "--models", "base,adapters,router,moe,uniform,arrow,xlora",
+            "--episodes", "3", "--max-turns", "2", "--max-new-tokens", "5", "--batch-size", "3",
+            "--capability-episodes", "1", "--out", str(out),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    report = json.loads((out / "compare.json").read_text())
+    names = [r["model"] for r in report["rows"]]
+    assert names[:4] == ["base", "cap0", "cap1", "cap2"] and {"router", "moe", "uniform", "arrow"} <= set(
+        names
+    )
+    assert "xlora" in names or "xlora" in report["notes"]
+    seeds = {
+        n: sorted(json.loads(line)["seed"] for line in (out / f"{n}.jsonl").read_text().splitlines())
+        for n in names
+    }
+    assert len({tuple(s) for s in seeds.values()}) == 1, "every method must run on the same seeds"
+    for row in report["rows"][1:]:
+        v = row["vs_base"]
+        assert v["n"] == 3 and 0.0 <= v["mcnemar_p"] <= 1.0
+    # gate choices: the target plus every capability env, split by turn type; a chart is drawn
+    envs = {c["env"] for c in report["gate_choices"]}
+    assert envs == {"target", "cap0", "cap1", "cap2"}
+    assert (out / "gate_choices.png").stat().st_size > 1000
+    md = (out / "compare.md").read_text()
+    assert "exact McNemar p" in md and "| moe |" in md
+    assert "<table" in (out / "compare.html").read_text()
+    assert "moe" in capsys.readouterr().out
+
+
+def test_compare_rejects_unknown_models(composition, compose_base, tmp_path, capsys):
+    art = save_composition(composition, tmp_path / "art", base_model=str(compose_base)).parent
+    code = main(["compare", "traintest/lookup-v0", "--composition", str(art), "--models", "base,nonsense"])
+    assert code == 2
+    assert "unknown model(s) ['nonsense']" in capsys.readouterr().err
+
+
+def test_compose_cli_names_a_bad_adapter_dir(tmp_path, capsys):
+    code = main(
+        [
+            "compose",
+            "--adapters",
+            str(tmp_path / "missing"),
+            "--envs",
+            "traintest/echo-v0",
+            "--model",
+            str(tmp_path),
+        ]
+    )
+    assert code == 2
+    assert "missing" in capsys.readouterr().err
+
+
+def test_task_router_classifies_once_per_episode(composition, monkeypatch):
+    router = TaskRouterPolicy(composition, composition.tokenizer, composition.adapters)
+    calls = []
+    monkeypatch.setattr(router, "classify", lambda prompt: calls.append(prompt) or 2)
+    first = [5, 6, 7, 8]
+    assert router.slot_for(first) == 2
+    assert router.slot_for(first + [9, 10, 11]) == 2  # a later turn of the same conversation
+    assert len(calls) == 1
+    router.slot_for([5, 6, 99])  # another conversation
+    assert len(calls) == 2
+
+
+@torch.no_grad()
+def test_task_router_serves_each_episode_with_its_adapter(composition, monkeypatch):
+    router = TaskRouterPolicy(composition, composition.tokenizer, composition.adapters)
+    slots = {5: 1, 6: 0, 7: 3}
+    monkeypatch.setattr(router, "classify", lambda prompt: slots[prompt[0]])
+    prompts = [[5, 9, 9], [6, 9, 9], [7, 9, 9]]
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=4)
+    outs = router.generate_ids(prompts, sampling)
+    from trace_train.compose.baselines import SlotPolicy
+
+    for prompt, out in zip(prompts, outs, strict=True):
+        alone = SlotPolicy(composition, composition.tokenizer, slots[prompt[0]]).generate_ids(
+            [prompt], sampling
+        )[0]
+        assert out == alone
+
+
+def _episodes(policy, env_id="traintest/lookup-v0", n=2):
+    from trace_train.envs import make_env
+    from trace_train.rollout import ResetSpec, collect
+
+    envs = [make_env(env_id) for _ in range(n)]
+    specs = [ResetSpec(seed=i, group=i) for i in range(n)]
+    trajs = collect(policy, envs, specs, SamplingConfig(temperature=0.0, max_new_tokens=6), max_turns=2)
+    return [t.token_ids for t in trajs]
+
+
+def test_slot_policy_is_the_adapter_on_the_cached_engine(composition, adapters, compose_base):
+    from peft import PeftModel
+
+    from trace_train.compose.baselines import SlotPolicy
+    from trace_train.models import load_model
+    from trace_train.policies.hf import HFPolicy
+
+    randomise_gates(composition, seed=4)  # forcing must win over the gates
+    base, tok = load_model(compose_base)
+    peft = HFPolicy(PeftModel.from_pretrained(base, str(adapters[1])), tok, merge_for_generation=False)
+    assert SlotPolicy(composition, composition.tokenizer, 2).engine == "cached"
+    assert _episodes(SlotPolicy(composition, composition.tokenizer, 2)) == _episodes(peft)
+
+
+def test_moe_policy_same_on_cached_and_simple_engines(composition):
+    from trace_train.compose.baselines import MoEPolicy
+
+    randomise_gates(composition, seed=6)
+    cached = MoEPolicy(composition, composition.tokenizer)
+    recording = MoEPolicy(composition, composition.tokenizer, record_choices=True)
+    assert (cached.engine, recording.engine) == ("cached", "simple")
+    assert _episodes(cached) == _episodes(recording)
+    assert len({slot for (_, _, slot) in recording.choices}) > 1
