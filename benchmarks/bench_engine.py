@@ -15,7 +15,9 @@ Figures (each side runs in its own subprocess, one after the other, so each repo
 5. roofline: the engine's prefill and decode tokens/s as achieved FLOP/s against this machine's measured bf16
    matmul peak.
 
-Reduced sizes are written into the results (``sizes``), so ratios are never read without them.
+Reduced sizes are written into the results (``sizes``), so ratios are never read without them. Every side
+reports wall seconds and CPU seconds of its process: on a machine shared with other jobs the CPU-time ratio
+is the steadier one (the load average at the start is recorded too).
 """
 
 from __future__ import annotations
@@ -50,6 +52,21 @@ PRESETS: dict[str, dict[str, Any]] = {
         trl_tokens=64,
         trl_micro=[8, 32],
     ),
+    "smoke": dict(
+        eval_episodes=2,
+        eval_turns=2,
+        eval_tokens=8,
+        equiv_episodes=2,
+        grpo_seeds=1,
+        grpo_group=2,
+        grpo_turns=2,
+        grpo_tokens=8,
+        sft_episodes=2,
+        trl_prompts=2,
+        trl_group=2,
+        trl_tokens=4,
+        trl_micro=[4],
+    ),
     "reduced": dict(
         eval_episodes=8,
         eval_turns=4,
@@ -82,7 +99,7 @@ def side_eval(engine: str, dtype: str, episodes: int, turns: int, tokens: int, m
 
     policy = HFPolicy.from_pretrained(model, dtype=dtype).configure(engine=engine)
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=tokens)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = evaluate(
         policy,
         "trace/retail-v0",
@@ -93,11 +110,12 @@ def side_eval(engine: str, dtype: str, episodes: int, turns: int, tokens: int, m
         batch_size=8,
         difficulty=2,
     )
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     out = {
         "engine": engine,
         "dtype": dtype,
         "seconds": wall,
+        "cpu_seconds": cpu,
         "episodes": episodes,
         "generated_tokens": sum(r["generated_tokens"] for r in res.trajectories),
         "turns": sum(r["turns"] for r in res.trajectories),
@@ -162,13 +180,14 @@ def side_grpo(engine: str, seeds: int, group: int, turns: int, tokens: int, mode
         engine=engine,
     )
     trainer = GRPOTrainer(args)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     metrics = trainer.train()
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     keep = ("gen_seconds", "train_seconds", "env_seconds", "reward_mean", "train_tokens_per_s")
     return {
         "engine": engine,
         "seconds": wall,
+        "cpu_seconds": cpu,
         **{k: metrics.get(k) for k in keep},
         "peak_rss_mb": _rss(),
     }
@@ -190,8 +209,18 @@ def side_sft(engine: str, episodes: int, model: str, dtype: str) -> dict[str, An
         dtype=dtype,
         engine=engine,
     )
+    c0 = time.process_time()
     s = run_sft(args)
-    keep = ("trajectories", "steps", "train_seconds", "tokens_per_s", "agent_tokens_per_s", "final_loss")
+    s["cpu_seconds_total"] = time.process_time() - c0
+    keep = (
+        "trajectories",
+        "steps",
+        "train_seconds",
+        "tokens_per_s",
+        "agent_tokens_per_s",
+        "final_loss",
+        "cpu_seconds_total",
+    )
     return {"engine": engine, **{k: s[k] for k in keep}, "peak_rss_mb": _rss()}
 
 
@@ -281,6 +310,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=sorted(PRESETS), default="issue")
     p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--tiny", action="store_true", help="a tiny random model (smoke test of the script)")
     p.add_argument("--figures", default="1,2,3,4,5", help="comma-separated figure numbers to run")
     p.add_argument("--skip-trl", action="store_true")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per side")
@@ -297,6 +327,10 @@ def main() -> None:
         print(json.dumps(SIDES[a.side](**json.loads(a.side_args))))
         return
     z = PRESETS[a.preset]
+    if a.tiny:
+        from trace_train.models import save_tiny_model
+
+        a.model = str(save_tiny_model(Path(tempfile.mkdtemp()) / "tiny"))
     figures = {int(f) for f in a.figures.split(",")}
     report: dict[str, Any] = {
         "preset": a.preset,
@@ -314,7 +348,13 @@ def main() -> None:
         s = run_side("eval", t, engine="simple", dtype="bfloat16", **kw)
         c = run_side("eval", t, engine="cached", dtype="bfloat16", **kw)
         eq = run_side("equiv", t, **{**kw, "episodes": z["equiv_episodes"]}, dtype="float32")
-        report["evaluate"] = {"simple": s, "cached": c, "speedup": _ratio(s, c, "seconds"), "greedy_fp32": eq}
+        report["evaluate"] = {
+            "simple": s,
+            "cached": c,
+            "speedup": _ratio(s, c, "seconds"),
+            "cpu_speedup": _ratio(s, c, "cpu_seconds"),
+            "greedy_fp32": eq,
+        }
         if "error" not in c:
             report["evaluate"]["projected_200_episodes_min"] = c["seconds"] / c["episodes"] * 200 / 60
     if 2 in figures:
@@ -328,7 +368,12 @@ def main() -> None:
         )
         s = run_side("grpo", t, engine="simple", dtype="bfloat16", **kw)
         c = run_side("grpo", t, engine="cached", dtype="bfloat16", **kw)
-        report["grpo_step"] = {"simple": s, "cached": c, "speedup": _ratio(s, c, "seconds")}
+        report["grpo_step"] = {
+            "simple": s,
+            "cached": c,
+            "speedup": _ratio(s, c, "seconds"),
+            "cpu_speedup": _ratio(s, c, "cpu_seconds"),
+        }
     if 3 in figures:
         print("3. SFT on retail oracle episodes, simple vs cached", flush=True)
         s = run_side("sft", t, engine="simple", episodes=z["sft_episodes"], model=a.model, dtype="bfloat16")
