@@ -35,7 +35,7 @@ def knob(default: Any, help: str, **schema: Any) -> Any:
 
 @dataclass
 class TargetConfig:
-    env_id: str = knob("trace/retail-v0", "Gymnasium id of the target environment", minLength=1)
+    env_id: str = knob("trace/retail-v1", "Gymnasium id of the target environment", minLength=1)
     difficulty: int | None = knob(None, "target difficulty level (None: the id's default)", minimum=0)
 
 

@@ -1,0 +1,31 @@
+"""`trace demo --quick` end to end (slow: minutes on two cores; CI also runs it as a smoke step)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from trace_train.pipeline.stages import STAGES
+
+
+@pytest.mark.slow
+def test_quick_demo_runs_every_stage_then_skips_them(tmp_path):
+    out = tmp_path / "quick"
+    cmd = [sys.executable, "-m", "trace_gym.cli", "demo", "--quick", "--out", str(out)]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    assert first.returncode == 0, first.stderr[-4000:]
+    for i, stage in enumerate(STAGES, 1):
+        state = json.loads((out / f"{i:02d}-{stage.name}" / "stage.json").read_text())
+        assert state["status"] == "done", stage.name
+    html = (out / "09-report" / "report.html").read_text()
+    assert html.count("data:image/png;base64,") >= 3  # analysis chart, training curves, final table
+    assert "Final table" in (out / "09-report" / "report.md").read_text()
+    rows = json.loads((out / "08-evaluation" / "table.json").read_text())["rows"]
+    assert {r["method"] for r in rows} >= {"base", "router", "moe", "direct_grpo"}
+
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert again.stdout.count("inputs unchanged: skipped") == len(STAGES)
