@@ -88,6 +88,7 @@ KNOWN_HOLES = {
     "trace/retail-v0": "superseded by retail-v1: content-free confirmations, sprayed amounts and talk pass",
     "trace/rg-arith1-v1": "sprayed numbers get partial credit (mean 0.023 > 0.02)",
     "trace/rg-basic_arithmetic-v1": "another seed's answer gets partial credit (mean 0.05)",
+    "trace/rg-chain_sum-v1": "sprayed numbers get partial credit (mean 0.023 > 0.02, success 0%)",
     "trace/rg-count_bits-v1": "another seed's answer is right 30% of the time (tiny answer space)",
     "trace/rg-gcd-v1": "another seed's answer is right 30% of the time; sprayed numbers get partial credit",
     "trace/rg-letter_counting-v1": "another seed's answer is right 20% of the time (tiny answer space)",

@@ -286,7 +286,14 @@ STATUS_TALK = (
     "Status check: pending, processed, delivered, cancelled, shipped, returned, approved, rejected, completed, "
     "failed, open, closed, active, available, unavailable, yes, no, true, false. I cannot do that."
 )
-MAX_SPRAY = 300  # candidates per sprayed number: every number seen, then pairwise sums and differences
+MAX_SPRAY = (
+    120  # candidates per sprayed number: numbers seen (latest first), then pairwise sums and differences
+)
+
+
+def _amount_like(sign: str, number: str) -> bool:
+    """A number that may be an amount or a count ($, cents, or at most four digits), not an id."""
+    return bool(sign) or "." in number or len(number.replace(",", "")) <= 4
 
 
 def _text_only(action: Any) -> bool:
@@ -354,9 +361,9 @@ class ContentFreeConfirmation(AdversarialProbe):
 
 
 def _spray(numbers: list[float]) -> list[str]:
-    seen = list(dict.fromkeys(round(n, 2) for n in numbers))
+    seen = list(dict.fromkeys(round(n, 2) for n in reversed(numbers)))  # latest first
     candidates = list(seen)
-    recent = seen[-16:]
+    recent = seen[:12]
     for a in recent:
         for b in recent:
             candidates += [round(a + b, 2), round(abs(a - b), 2)]
@@ -365,30 +372,33 @@ def _spray(numbers: list[float]) -> list[str]:
 
 
 class AmountSpraying(AdversarialProbe):
-    """Every number the oracle says becomes the list of every number seen in the conversation so far, plus
-    their pairwise sums and differences (a guesser's shotgun)."""
+    """Every amount the oracle says becomes the list of the amounts seen in the conversation so far (latest
+    first), plus their pairwise sums and differences (a guesser's shotgun); ids stay as they are."""
 
     name = "amount_spraying"
     has_control = True
 
     def actions(self, observation):
         for action in self.oracle:
-            if not _text_only(action) or not NUMBER.search(_content(action)):
+            text = _content(action)
+            if not _text_only(action) or not any(_amount_like(*m) for m in NUMBER.findall(text)):
                 yield action
                 continue
             seen = []
             for message in observation()[1:]:  # not the system prompt
-                for _, number in NUMBER.findall(str(message.get("content") or "")):
-                    try:
+                for sign, number in NUMBER.findall(str(message.get("content") or "")):
+                    if _amount_like(sign, number):
                         seen.append(float(number.replace(",", "")))
-                    except ValueError:
-                        continue
             spray = "" if self.control else ", ".join(_spray(seen))
             if not spray and not self.control:
                 yield action
                 continue
             self.applies = True
-            yield _with_content(action, NUMBER.sub(lambda m, s=spray: f"{m.group(1)}{s}", _content(action)))
+
+            def swap(m: re.Match[str], spray: str = spray) -> str:
+                return f"{m.group(1)}{spray}" if _amount_like(m.group(1), m.group(2)) else m.group(0)
+
+            yield _with_content(action, NUMBER.sub(swap, text))
 
 
 class StatusTalker(AdversarialProbe):

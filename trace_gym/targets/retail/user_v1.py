@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from trace_gym.core.env import CallRecord
-from trace_gym.targets.retail.facts import amounts, told_v1
+from trace_gym.targets.retail.facts import stated_amounts, told_v1
 from trace_gym.targets.retail.tasks import Request, Task, UserFact, Write
 from trace_gym.targets.retail.user import ORDER_ID, RetailUser
 from trace_gym.worlds import STOP, State, UserReply
@@ -284,7 +284,9 @@ class RetailUserV1(RetailUser):
         if not re.search(VERBS[write.tool], text):
             missing.append("what you will do with the order")
         money = [need for need in request.needs if need.kind == "money"]
-        named_amount = not money or any(abs(v - float(money[0].value)) < 0.005 for _, v in amounts(message))
+        named_amount = not money or any(  # stated, not one of a list of candidates
+            abs(v - float(money[0].value)) < 0.005 for v in stated_amounts(message, money[0])
+        )
         if write.tool == "cancel_pending_order":
             if not (re.search(REASON_WORDS[args["reason"]], text) or (money and named_amount)):
                 missing.append("the reason or the refund")
