@@ -138,3 +138,16 @@ def test_moe_policy_same_on_cached_and_simple_engines(composition):
     assert (cached.engine, recording.engine) == ("cached", "simple")
     assert _episodes(cached) == _episodes(recording)
     assert len({slot for (_, _, slot) in recording.choices}) > 1
+
+
+def test_pipeline_entry_points(composition, compose_base, adapters, tmp_path):
+    """``moe_policy(artefact)`` and ``router_policy(model, {capability: adapter})`` as the pipeline calls them."""
+    from trace_train.compose.baselines import MoEPolicy
+    from trace_train.compose.compare import moe_policy, router_policy
+
+    art = save_composition(composition, tmp_path / "art", base_model=str(compose_base)).parent
+    moe = moe_policy(str(art), dtype="float32")
+    assert isinstance(moe, MoEPolicy) and moe.composition.names == ["cap0", "cap1", "cap2"]
+    router = router_policy(str(compose_base), {"x": str(adapters[0]), "y": str(adapters[1])}, dtype="float32")
+    assert isinstance(router, TaskRouterPolicy) and router.composition.slot_names == ["base", "x", "y"]
+    assert router.slot_for([5, 6, 7]) in (0, 1, 2)

@@ -111,7 +111,9 @@ def test_straight_through_keeps_the_forward_value(composition):
 
 
 @torch.no_grad()
-def test_generate_with_kv_cache_equals_stepwise_forward(composition):
+@pytest.mark.parametrize("per_token_max", [0, 64])
+def test_generate_with_kv_cache_equals_stepwise_forward(composition, monkeypatch, per_token_max):
+    monkeypatch.setattr(compose_model, "PER_TOKEN_MAX", per_token_max)  # grouped and per-token decode paths
     randomise_gates(composition, seed=3)
     model = composition.model.eval()
     tok = composition.tokenizer
