@@ -14,7 +14,7 @@ is built in *slots*, so that a slot keeps its meaning from episode to episode:
 The "known" filter keeps the candidates honest: an oracle call or reply is offered only once an agent could
 have written it from the conversation (every token with a digit, ``@`` or ``#`` in it occurs in what the
 system, the user or the tools said, or is an enum value of the schema), so a policy cannot skip the lookups
-that reveal an id or an amount. Plain words are always writable.
+that reveal an id or a count. Plain words and money amounts (which agents compute) are always writable.
 
 Inside a tool's slots (and among the replies) candidates are ordered by a hash of their text, so the oracle's
 call is not always in the same slot: a policy has to tell candidates apart by their features (see
@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,8 +44,19 @@ GENERIC_REPLIES = (
     "I'm sorry, I cannot help with that.",
 )
 VALUE = re.compile(r"[#\w.@+-]+")
-# Tokens an agent cannot make up: they carry a digit, an email "@" or an id "#".
-ID_LIKE = re.compile(r"[#\w.@+-]*[\d@#][#\w.@+-]*")
+# Tokens an agent cannot make up before it has seen them: anything with a digit (ids, counts, days), an email
+# "@" or an id "#". Money amounts (digits with two decimals, like "30.12" or "$1,026.71") are the exception:
+# agents compute totals and differences themselves, and a reply that states one also names the order or items
+# it is about, whose ids are gated.
+TOKEN = re.compile(r"[#\w.@+-]+")
+THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
+DIGIT = re.compile(r"\d")
+AMOUNT = re.compile(r"\d+\.\d{2}")
+
+
+def id_like(text: str) -> list[str]:
+    tokens = (t.strip(".-+") for t in TOKEN.findall(THOUSANDS.sub("", text)))
+    return [t for t in tokens if ("@" in t or "#" in t or DIGIT.search(t)) and not AMOUNT.fullmatch(t)]
 
 
 @dataclass(frozen=True)
@@ -92,7 +104,7 @@ class CandidateGenerator:
         self.seed = seed
         self.plan: list[Candidate] = []
         self.rng = np.random.default_rng(seed)
-        self._done: set[str] = set()  # canonical texts of the assistant turns taken so far
+        self._done: Counter[str] = Counter()  # canonical texts of the assistant turns taken so far
         self._read = 0  # messages of the episode already scanned for them
 
     def start_episode(self) -> None:
@@ -101,8 +113,9 @@ class CandidateGenerator:
             plan = list(self.env.get_wrapper_attr("oracle_actions")())
         except (AttributeError, NotImplementedError):
             plan = []
-        self.plan = [self._candidate(a, True) for a in plan]
-        self._done, self._read = set(), 0
+        # One call per candidate: a multi-call oracle turn may use ids its own first call reveals.
+        self.plan = [self._candidate(a, True) for action in plan for a in _single_calls(action)]
+        self._done, self._read = Counter(), 0
         digest = hashlib.sha256(canonical({"plan": [c.text for c in self.plan]}).encode()).digest()
         self.rng = np.random.default_rng([self.seed, int.from_bytes(digest[:8], "little")])
 
@@ -115,9 +128,16 @@ class CandidateGenerator:
             raise ValueError("the conversation is shorter than before: call start_episode() after reset()")
         for message in messages[self._read :]:
             if message.get("role") == "assistant":
-                self._done.add(canonical(_normal(message)))
+                for single in _single_calls(message):
+                    self._done[canonical(_normal(single))] += 1
         self._read = len(messages)
-        pending = [c for c in self.plan if c.text not in self._done]
+        # An oracle action that occurs k times in the plan is pending until it was taken k times.
+        occurrence: Counter[str] = Counter()
+        pending = []
+        for candidate in self.plan:
+            if self._done[candidate.text] <= occurrence[candidate.text]:
+                pending.append(candidate)
+            occurrence[candidate.text] += 1
         seen = conversation_values(messages)
         said = "\n".join(
             str(m.get("content") or "") for m in messages if m.get("role") in ("system", "user", "tool")
@@ -145,10 +165,8 @@ class CandidateGenerator:
         for value in values:
             if value in enums:
                 continue
-            for token in ID_LIKE.findall(value):
-                token = token.strip(".-+")
-                if token and token not in said:
-                    return False
+            if any(token not in said for token in id_like(value)):
+                return False
         return True
 
     # ---- slots --------------------------------------------------------------------------------------------------
@@ -238,6 +256,17 @@ def _custom_candidates(env: gym.Env) -> list[Any] | None:
     except AttributeError:
         return None
     return list(method())
+
+
+def _single_calls(action: Any) -> list[dict[str, Any]]:
+    """A turn as one action per tool call (content on the first), or the reply itself."""
+    normal = _normal(action)
+    calls = normal.get("tool_calls") or []
+    if len(calls) <= 1:
+        return [normal]
+    return [
+        {"content": normal["content"] if i == 0 else "", "tool_calls": [call]} for i, call in enumerate(calls)
+    ]
 
 
 def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,64 @@
+"""trace envs in TRL's GRPOTrainer through rollout_func (runs when the `bench` extra, with trl, is installed)."""
+
+import math
+
+import pytest
+
+trl = pytest.importorskip("trl", reason="TRL is in the `bench` extra: pip install 'trace-agentic[bench]'")
+pytest.importorskip("datasets", reason="TRL's trainer needs the datasets package")
+
+from trace_train.trl_env import TraceRollout  # noqa: E402
+
+ENV_ID = "trace/test-library-v0"
+
+
+def test_rollout_dataset_holds_opening_conversations():
+    rollout = TraceRollout(ENV_ID)
+    data = rollout.dataset(range(3))
+    assert data.num_rows == 3 and data[1]["seed"] == 1
+    assert [m["role"] for m in data[0]["prompt"]] == ["system", "user"]
+    with pytest.raises(ValueError, match="test seeds"):
+        TraceRollout(ENV_ID, split="test")
+
+
+def test_grpo_trainer_trains_on_trace_episodes(tmp_path, monkeypatch):
+    import torch
+
+    from trace_train.models import build_tiny_model
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    torch.manual_seed(0)
+    model, tokenizer = build_tiny_model()
+    rollout = TraceRollout(ENV_ID, max_turns=2, max_total_tokens=1024)
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path),
+        max_steps=1,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=8,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+    )
+    trainer = trl.GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=rollout.reward,
+        train_dataset=rollout.dataset(range(4)),
+        rollout_func=rollout,
+        args=args,
+    )
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer.train()
+    # Each group shares its seed; env tokens are masked out; the policy's tokens were trained on.
+    seeds = [t.spec.seed for t in rollout.last]
+    assert len(seeds) == 2 and seeds[0] == seeds[1]
+    assert all(0 in t.policy_mask and 1 in t.policy_mask for t in rollout.last)
+    assert all(not math.isnan(lp) for t in rollout.last for lp in t.sampler_logprobs if lp != 0.0)
+    history = trainer.state.log_history
+    assert any("loss" in h for h in history)
+    changed = any(not torch.equal(before[n], p) for n, p in model.named_parameters())
+    rewards = [t.reward for t in rollout.last]
+    assert changed or rewards[0] == rewards[1]  # a group with equal rewards carries no gradient
