@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "trace_gym.interop.commands",
     "trace_train.compose.commands",
     "trace_train.serve.commands",
+    "trace_train.export",
 )
 UNAVAILABLE_NAMES: dict[str, tuple[str, ...]] = {
     "trace_train.commands": ("train", "sft", "evaluate"),
@@ -97,11 +98,14 @@ def cmd_check(args: argparse.Namespace) -> int:
 PLAY_HELP = """Type a reply to the user, or a tool call in any accepted form:
   /call TOOL {"arg": "value"}        (shorthand)
   <tool_call>{"name": "TOOL", "arguments": {...}}</tool_call>
-Commands: /tools (list tools), /oracle (show the reference solution), /quit"""
+Commands: /tools (list tools), /oracle (show the reference solution), /reset [SEED] (a new episode),
+/help, /quit. A line starting with "/" is never sent to the user (use "//" to send one that starts with "/")."""
+PLAY_COMMANDS = ("/call", "/tools", "/oracle", "/reset", "/help", "/quit", "/exit")
 
 
 def cmd_play(args: argparse.Namespace) -> int:
     import gymnasium as gym
+    from rich.markup import escape
 
     import trace_gym  # noqa: F401
     from trace_gym.core.env import render_conversation
@@ -112,45 +116,77 @@ def cmd_play(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {"hint": args.hint}
     if args.split != "none":
         options["split"] = args.split
+
+    def start(seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        obs, info = env.reset(seed=seed, options=options)
+        console.print(render_conversation(obs), markup=False)
+        return obs, info
+
+    console.print(f"[bold]{escape(args.env_id)}[/bold] seed {args.seed} ({args.split} split)")
+    console.print(PLAY_HELP + "\n", markup=False)
     obs, info = env.reset(seed=args.seed, options=options)
-    console.print(f"[bold]{args.env_id}[/bold] seed {args.seed} ({args.split} split)\n{PLAY_HELP}\n")
     _print_tools(info["tools"])
     console.print(render_conversation(obs), markup=False)
-    shown = len(obs)
+    shown, over, finished = len(obs), False, False
     while True:
         try:
             line = input("agent> ").strip()
         except EOFError:
-            console.print("\n(end of input: leaving the episode unfinished)")
-            return 1
-        if line in ("/quit", "/exit"):
-            return 1
-        if line == "/tools":
+            if not finished:
+                console.print("\n(end of input: leaving the episode unfinished)")
+            return 0 if finished else 1
+        command, _, rest = line.partition(" ")
+        if line.startswith("//"):
+            line, command = line[1:], ""
+        elif line.startswith("/") and command not in PLAY_COMMANDS:
+            console.print(f"unknown command {command!r}; commands: {', '.join(PLAY_COMMANDS)}", markup=False)
+            continue
+        if command in ("/quit", "/exit"):
+            return 0 if finished else 1
+        if command == "/help":
+            console.print(PLAY_HELP, markup=False)
+            continue
+        if command == "/tools":
             _print_tools(info["tools"])
             continue
-        if line == "/oracle":
+        if command == "/oracle":
             for action in env.unwrapped.oracle_actions():
                 console.print(json.dumps(action), markup=False)
             continue
+        if command == "/reset":
+            try:
+                seed = int(rest) if rest.strip() else args.seed
+            except ValueError:
+                console.print(f"/reset takes a seed (an integer), got {rest!r}", markup=False)
+                continue
+            obs, info = start(seed)
+            shown, over = len(obs), False
+            continue
+        if over:
+            console.print("the episode is over: /reset [SEED] plays another one, /quit leaves", markup=False)
+            continue
         action: Any = line
-        if line.startswith("/call "):
-            name, _, arguments = line[len("/call ") :].partition(" ")
+        if command == "/call":
+            name, _, arguments = rest.partition(" ")
             action = f'<tool_call>{{"name": {json.dumps(name)}, "arguments": {arguments.strip() or "{}"}}}</tool_call>'
         obs, reward, terminated, truncated, info = env.step(action)
         console.print(render_conversation(obs[shown:]), markup=False)
         shown = len(obs)
         if info.get("invalid_action"):
-            console.print(f"[yellow]invalid action: {info['invalid_action']}[/yellow]")
+            console.print(f"[yellow]invalid action: {escape(str(info['invalid_action']))}[/yellow]")
         if terminated or truncated:
+            over = finished = True
             console.print(
                 f"[bold]episode {'terminated' if terminated else 'truncated'}; reward {reward:.2f}[/bold]"
             )
             console.print(f"reward components: {info.get('reward_components')}", markup=False)
             console.print(f"requirements: {info.get('requirements')}", markup=False)
-            return 0
+            console.print("/reset [SEED] plays another episode, /quit leaves", markup=False)
 
 
 def _print_tools(tools: list[dict[str, Any]]) -> None:
+    from rich.markup import escape
+
     table = Table(title="tools")
     table.add_column("name")
     table.add_column("parameters")
@@ -158,7 +194,8 @@ def _print_tools(tools: list[dict[str, Any]]) -> None:
     for tool in tools:
         fn = tool["function"]
         params = fn.get("parameters", {}).get("properties", {})
-        table.add_row(fn["name"], ", ".join(params), fn.get("description", ""))
+        # escape: descriptions such as "item_ids[i]" are text, not rich markup
+        table.add_row(escape(fn["name"]), escape(", ".join(params)), escape(fn.get("description", "")))
     console.print(table)
 
 
