@@ -374,8 +374,7 @@ def synthesize(
             verdict = SandboxResult(True, "validation skipped (--no-validate)")
         report = {"env_id": env_id, "seeds": seeds, **verdict.to_json()}
         if kind == "llm" and verdict.passed:
-            tools = _tools_of(files["env.py"], cls_name)
-            spec = generated_spec(record, target, tools)
+            spec = generated_spec(record, target, verdict.tools)  # read in the sandbox: never imported here
             files.update(
                 {
                     "__init__.py": render("__init__.py.j2", spec=spec),
@@ -397,18 +396,3 @@ def synthesize(
             (package / file_name).write_text(text)
         outcomes.append(Outcome(capability, env_id, name, True, verdict.reason, kind, package, report))
     return outcomes
-
-
-def _tools_of(source: str, class_name: str) -> list[str]:
-    """Tool names of a validated generated env (imported here only after the sandbox passed it)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        import importlib.util
-
-        path = Path(tmp) / "validated_env.py"
-        path.write_text(source)
-        spec = importlib.util.spec_from_file_location("trace_validated_env", path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        env = getattr(module, class_name)()
-        return [tool["function"]["name"] for tool in env.tools]

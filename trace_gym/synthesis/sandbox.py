@@ -70,6 +70,7 @@ class SandboxResult:
     reason: str
     checks: list[dict[str, Any]] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    tools: list[str] = field(default_factory=list)  # the env's tool names, read in the sandbox
 
     def to_json(self) -> dict[str, Any]:
         return {"passed": self.passed, "reason": self.reason, "checks": self.checks, "refused": self.refused}
@@ -129,7 +130,9 @@ def check_in_sandbox(
     if done.returncode < 0 or not marked:
         return SandboxResult(False, _death(done.returncode, done.stderr, limits))
     payload = json.loads(marked[-1][len(RESULT_MARK) :])
-    return SandboxResult(payload["passed"], payload["reason"], payload["checks"], payload["refused"])
+    return SandboxResult(
+        payload["passed"], payload["reason"], payload["checks"], payload["refused"], payload.get("tools", [])
+    )
 
 
 def _death(code: int, stderr: str, limits: Limits) -> str:
@@ -187,6 +190,15 @@ def _child(module_path: str, class_name: str, seeds: int, difficulty: int | None
             "checks": [],
             "refused": refused,
         }
+    try:
+        tools = [tool["function"]["name"] for tool in cls().tools]
+    except Exception as err:  # noqa: BLE001
+        return {
+            "passed": False,
+            "reason": f"the env cannot be built: {err!r}",
+            "checks": [],
+            "refused": refused,
+        }
     env_id = "trace/sandbox-candidate-v0"
     gym.register(env_id, entry_point=cls, kwargs={} if difficulty is None else {"difficulty": difficulty})
     config = ValidationConfig(seeds=seeds, degenerate_seeds=seeds, degenerate_max_mean=0.02)
@@ -208,6 +220,7 @@ def _child(module_path: str, class_name: str, seeds: int, difficulty: int | None
         "reason": reason,
         "checks": checks,
         "refused": sorted(set(refused)),
+        "tools": tools,
     }
 
 

@@ -8,8 +8,6 @@ refusal, and counts a write the tools refuse as a violation, so a blind attempt 
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from trace_gym.synthesis.catalog.base import (
@@ -169,7 +167,3 @@ class PreconditionCheckingEnv(CapabilityEnv):
             ]
         scenario.request_steps = [steps]
         return scenario, b
-
-
-def describe_kind(details: dict[str, Any]) -> str:
-    return f"{details['kind']} ({'allowed' if details['allowed'] else 'blocked by ' + details['blocker']})"
