@@ -37,6 +37,7 @@ import torch
 
 import trace_train.compose.model as compose_model
 from trace_train.compose.artefact import AdapterSpec, build_composition
+from trace_train.engine import engine_for
 from trace_train.models import load_model, resolve_model, save_tiny_model
 from trace_train.policies.base import SamplingConfig
 from trace_train.policies.hf import HFPolicy
@@ -167,13 +168,15 @@ def main() -> None:
     with torch.no_grad():
         for k, fn in list(variants.items()):
             try:
+                print(f"  warm-up {k}", flush=True)
                 fn()  # warm-up (and a smoke test of the variant)
             except Exception as e:  # noqa: BLE001
                 notes[k] = f"did not run: {type(e).__name__}: {e}"[:300]
                 del variants[k], times[k]
-        for _ in range(a.repeats):
+        for r in range(a.repeats):
             for k, fn in variants.items():
                 times[k] += timed(fn, 1)
+                print(f"  round {r + 1} {k}: {times[k][-1]:.3f} s", flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
     ref = med["lora1_peft"]
     forward = {
@@ -271,6 +274,7 @@ def bench_decode(a, model_dir, adapter0, comp, tokenizer, dtype, vocab) -> dict[
     }
     spread_gates(comp, include_base=False)
     tps: dict[str, list[float]] = {k: [] for k in policies}
+    engine_tps: dict[str, list[float]] = {"lora1_merged": [], "composed_routed": []}
     for p in policies.values():
         p.generate_ids(prompts[:2], SamplingConfig(temperature=0.0, max_new_tokens=2))  # warm-up
     for _ in range(max(1, a.repeats - 1)):
@@ -278,7 +282,13 @@ def bench_decode(a, model_dir, adapter0, comp, tokenizer, dtype, vocab) -> dict[
             t0 = time.perf_counter()
             out = p.generate_ids(prompts, sampling)
             tps[k].append(sum(len(o) for o in out) / (time.perf_counter() - t0))
+        for k in engine_tps:  # the rollout engine trace uses (KV cache per conversation, shared prefix)
+            session = engine_for(policies[k]).session(sampling)
+            t0 = time.perf_counter()
+            out, _ = session(prompts, list(range(len(prompts))), 0)
+            engine_tps[k].append(sum(len(o) for o in out) / (time.perf_counter() - t0))
     med = {k: statistics.median(v) for k, v in tps.items()}
+    engine_med = {k: statistics.median(v) for k, v in engine_tps.items()}
     return {
         "tokens_per_s": med,
         "runs": tps,
@@ -287,6 +297,8 @@ def bench_decode(a, model_dir, adapter0, comp, tokenizer, dtype, vocab) -> dict[
         "new_tokens": a.decode_tokens,
         "slowdown_vs_lora1_merged": med["lora1_merged"] / med["composed_routed"],
         "slowdown_vs_lora1_unmerged": med["lora1_unmerged"] / med["composed_routed"],
+        "cached_engine_tokens_per_s": engine_med,
+        "cached_engine_slowdown_vs_lora1_merged": engine_med["lora1_merged"] / engine_med["composed_routed"],
     }
 
 
