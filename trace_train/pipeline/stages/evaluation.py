@@ -132,8 +132,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
             from trace_train.pipeline.stages.adapters import train_adapter
 
             a = cfg.adapters
+            # at most this many steps; training stops once the rollouts spent reach the budget
             steps = max(1, math.ceil(budget / (a.groups_per_step * a.group_size)))
-            ctx.log(f"direct_grpo: GRPO on {cfg.target.env_id} for {steps} steps (budget {budget} rollouts)")
+            ctx.log(f"direct_grpo: GRPO on {cfg.target.env_id} until {budget} rollouts (the adapters' total)")
             info = train_adapter(
                 ctx,
                 "direct GRPO on the target",
@@ -141,6 +142,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
                 ctx.dir / "direct_grpo",
                 cfg.target.difficulty,
                 steps,
+                rollout_budget=budget,
             )
             policy = HFPolicy.from_pretrained(model, adapter=info["adapter"], dtype=cfg.base.dtype)
             row, trajs = _evaluate(ctx, "direct_grpo", policy, "direct_grpo-eval")

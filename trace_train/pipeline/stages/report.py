@@ -103,7 +103,26 @@ def synthesis_section(ctx: StageContext) -> Section:
         s.paragraphs.append("No environment was synthesised (no capability to train).")
         return s
     for env in syn["envs"]:
-        s.paragraphs.append(f"**{env['env_id']}** ({env['capability']}): {env.get('card_summary', '')}")
+        s.paragraphs.append(
+            f"**{env['env_id']}** ({env['capability']}, {env.get('generator', '?')}): "
+            f"{env.get('card_summary', '')} Card: `{ctx.upstream_dirs['synthesis'].name}/{env.get('card_file', '')}`."
+        )
+    s.tables.append(
+        (
+            ["env", "isolates", "why it should transfer", "depends on"],
+            [
+                [
+                    e["env_id"],
+                    *(e.get("card", {}).get(k, "-") or "-" for k in ("isolates", "transfer", "depends_on")),
+                ]
+                for e in syn["envs"]
+            ],
+        )
+    )
+    if syn.get("rejected"):
+        s.paragraphs.append(
+            "Rejected: " + "; ".join(f"{r['env_id']} ({r['reason']})" for r in syn["rejected"]) + "."
+        )
     rows = [
         [
             c["env_id"],

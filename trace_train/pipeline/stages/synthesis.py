@@ -59,6 +59,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
                 "generator": o.generator,
                 "package": f"{cfg.synthesis.package}.{o.package}",
                 "card_summary": card_summary(card),
+                "card": card_fields(card),
+                "card_file": f"CARD-{o.package}.md",
                 "validation": o.validation,
             }
         )
@@ -101,3 +103,23 @@ def card_summary(card: str) -> str:
     """The card's first paragraph after its title (what the env isolates)."""
     paragraphs = [p.strip() for p in card.split("\n\n") if p.strip() and not p.lstrip().startswith("#")]
     return " ".join(paragraphs[0].split()) if paragraphs else ""
+
+
+def card_fields(card: str) -> dict[str, str]:
+    """The card's "Isolates", "Why it should transfer" and dependency bullets, for the run's report."""
+    fields: dict[str, str] = {}
+    deps = []
+    section = ""
+    for line in card.splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip().lower()
+            continue
+        text = line.strip()
+        if text.startswith("- **Isolates:**"):
+            fields["isolates"] = text.split(":**", 1)[1].strip()
+        elif text.startswith("- **Why it should transfer"):
+            fields["transfer"] = text.split(":**", 1)[1].strip()
+        elif section.startswith("dependencies") and text.startswith("- **"):
+            deps.append(text[2:].replace("**", ""))
+    fields["depends_on"] = "; ".join(deps)
+    return fields
