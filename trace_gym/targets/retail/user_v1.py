@@ -50,7 +50,7 @@ SLOTS: dict[str, re.Pattern[str]] = {
         "name_zip": r"\bname\b|\bzip\b|\bpostal\b|\bpost ?code\b",
         "identity": r"\b(?:identify|verify|verification|authenticat\w*|locate (?:you|your)|look (?:you|it) up)\b"
         r"|\b(?:find|pull up|access|look up) your (?:account|profile|details|records?)\b"
-        r"|\bwho (?:you are|i'?m (?:speaking|talking|chatting))\b|\baccount (?:details|information|info)\b",
+        r"|\bwho (?:you are|i'?m (?:speaking|talking|chatting)|am i (?:speaking|talking|chatting)|is this)\b|\baccount (?:details|information|info)\b",
         "order": r"\border (?:id|ids|number|numbers|no\.?|#|code|reference)\b|\b(?:which|what) (?:order|one|purchase)\b"
         r"|\bwhich of (?:your|the|those) (?:orders|purchases)\b|\border (?:is it|is this|are you referring|do you mean)\b",
         "reason": r"\breason\b|\bwhy\b|\bwhat made you\b|\bwhat(?:'s| is) (?:prompting|behind|wrong)\b|\bmotivat\w*",
