@@ -61,10 +61,10 @@ def cmd_train(ns: argparse.Namespace) -> int:
     from trace_train.grpo.trainer import GRPOArgs, train
     from trace_train.policies.remote_generation import RemoteGenerationError
 
-    args = _build(GRPOArgs, ns)
     try:
+        args = _build(GRPOArgs, ns)  # bad flag values are ValueErrors naming the flag
         result = train(args)
-    except (CheckpointError, FileNotFoundError, RemoteGenerationError, OpenAIError) as e:
+    except (CheckpointError, FileNotFoundError, RemoteGenerationError, OpenAIError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(json.dumps({k: v for k, v in result.items() if isinstance(v, int | float | str)}, indent=2))
@@ -77,7 +77,7 @@ def cmd_sft(ns: argparse.Namespace) -> int:
 
     try:
         summary = run_sft(_build(SFTArgs, ns))
-    except (FileNotFoundError, RuntimeError) as e:
+    except (FileNotFoundError, RuntimeError, ValueError) as e:  # ValueError: bad flags, seeds past the train split
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(json.dumps(summary, indent=2))

@@ -77,6 +77,9 @@ class GRPOArgs(LoraArgs):
     beta: float = 0.0
     clip_eps_low: float = 0.2
     clip_eps_high: float | None = None
+    # truncated importance weights min(exp(old - sampler), is_cap) correct the sampler/trainer mismatch
+    # (bf16 merged-LoRA decoding, vLLM); <= 0 turns the correction off
+    is_cap: float = 2.0
     # optimisation
     lr: float = 1e-4
     weight_decay: float = 0.0
@@ -102,6 +105,9 @@ class GRPOArgs(LoraArgs):
         None  # where adapters are saved for the server to read (default OUT/vllm_adapters)
     )
     vllm_lora_name: str = "trace"  # adapters are hot-loaded as <name>-step-<n>
+    # reproducibility: a fixed CPU thread count and deterministic kernels where they exist (0: torch default)
+    num_threads: int = 0
+    deterministic: bool = True
     # bookkeeping
     save_every: int = 10
     resume: str | None = None
@@ -111,7 +117,36 @@ class GRPOArgs(LoraArgs):
     def loss_config(self) -> LossConfig:
         from trace_train.grpo.losses import LossConfig
 
-        return LossConfig(self.loss_type, self.clip_eps_low, self.clip_eps_high, self.beta)
+        return LossConfig(self.loss_type, self.clip_eps_low, self.clip_eps_high, self.beta, self.is_cap)
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "steps", minimum=0)
+        _check_positive(self, "groups_per_step", "micro_batch_size", "ppo_epochs", "num_minibatches")
+        _check_positive(self, "max_new_tokens", "max_turns", "max_total_tokens", "lora_rank")
+        _check_positive(self, "save_every", "max_refill_rounds", "num_threads", minimum=0)
+        if self.group_size < 2:
+            raise ValueError(
+                f"--group-size must be >= 2 (advantages are relative to the group), got {self.group_size}"
+            )
+        if not 0.0 <= self.hint_fraction <= 1.0:
+            raise ValueError(f"--hint-fraction must be in [0, 1], got {self.hint_fraction}")
+        if not 0.0 <= self.temperature < float("inf"):
+            raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if not self.lr > 0.0:
+            raise ValueError(f"--lr must be > 0, got {self.lr}")
+        if not self.max_grad_norm > 0.0:
+            raise ValueError(f"--max-grad-norm must be > 0, got {self.max_grad_norm}")
+        self.loss_config()  # loss type, clip range, beta, is_cap
+
+
+def _check_positive(args: object, *names: str, minimum: int = 1) -> None:
+    for name in names:
+        value = getattr(args, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} must be an integer >= {minimum}, got {value!r}")
 
 
 @dataclass
@@ -139,6 +174,12 @@ class SFTArgs(LoraArgs):
     engine: str = "cached"
     tool_format: str = "json"  # json | compact (see GRPOArgs)
 
+    def __post_init__(self) -> None:
+        _check_positive(self, "episodes", "epochs", "batch_size", "max_turns", "lora_rank")
+        _check_positive(self, "seed_offset", minimum=0)  # past the train split: refused by train_reset_seed
+        if not self.lr > 0.0:
+            raise ValueError(f"--lr must be > 0, got {self.lr}")
+
 
 @dataclass
 class DemoArgs:
@@ -148,7 +189,7 @@ class DemoArgs:
     ``oracle_actions()``; ``trace/retail-v0`` works the same way but needs a GPU to finish in that time.
     """
 
-    env_id: str = "trace/rg-arith1-v0"
+    env_id: str = "trace/rg-arith2-v1"  # content-split (arith1's ~40 test tasks are too few)
     model: str = "smollm2-135m"
     out: str = "runs/demo"
     sft_episodes: int = 256
@@ -161,5 +202,18 @@ class DemoArgs:
     max_turns: int = 1
     lr: float = 1e-4
     dtype: str = "bfloat16"
-    time_budget_min: float = 30.0  # GRPO stops at the first evaluation past this budget
+    # GRPO stops at the first evaluation past this budget; 0 = no budget (a budget makes the number of
+    # steps, and so the result, depend on the machine's speed)
+    time_budget_min: float = 0.0
     seed: int = 0
+    num_threads: int = 2  # fixed so that a run reproduces on one machine (reduction order)
+    grpo_seeds: int = 1  # GRPO runs from the one SFT base (seeds seed..seed+n-1); > 1 reports the spread
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "sft_episodes", "eval_every", "eval_episodes", "groups_per_step", "grpo_seeds")
+        _check_positive(self, "max_new_tokens", "max_turns", "num_threads")
+        _check_positive(self, "steps", minimum=0)
+        if self.group_size < 2:
+            raise ValueError(f"--group-size must be >= 2, got {self.group_size}")
+        if not self.time_budget_min >= 0:
+            raise ValueError(f"--time-budget-min must be >= 0, got {self.time_budget_min}")

@@ -4,15 +4,19 @@
 2. test-split success of the base agent (greedy, ``eval_episodes`` held-out seeds) with 95% CIs;
 3. seed-grouped GRPO (DAPO loss, dynamic sampling) on the train split, evaluating on the test split every
    ``eval_every`` steps;
-4. the curve and the before/after comparison, printed and written to ``<out>/demo_log.jsonl``,
-   ``<out>/summary.json`` and ``<out>/grpo/metrics.jsonl``.
+4. the curve and the paired before/after test on the same test seeds (exact McNemar for success, paired
+   bootstrap for mean reward), printed and written to ``<out>/demo_log.jsonl``, ``<out>/summary.json`` and
+   ``<out>/grpo/metrics.jsonl``; with ``grpo_seeds > 1``, one GRPO run per seed from the same SFT base and
+   the spread of their final success.
 
-SFT tasks are train-split indices from 500,000 up and GRPO's count up from 0, so the two never share a task;
-test seeds are never trained on.
+SFT tasks are train-split indices from 500,000 up and GRPO's count up from 0, so the two never share a seed;
+every training command goes through :func:`trace_train.envs.train_reset_seed`, so no test seed is reachable,
+and the default env splits by content, so no test *question* occurs in training either.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -22,18 +26,18 @@ from rich.console import Console
 from rich.table import Table
 
 from trace_train.config import DemoArgs, GRPOArgs, SFTArgs
+from trace_train.stats import PairedComparison, compare_paired
 
 SFT_SEED_OFFSET = 500_000
 
 
 def run_demo(args: DemoArgs, console: Console | None = None) -> dict[str, Any]:
-    from trace_train.evaluate import evaluate
-    from trace_train.grpo.trainer import GRPOTrainer
-    from trace_train.policies.base import SamplingConfig
+    from trace_train.grpo.trainer import set_reproducible
     from trace_train.sft import run_sft
 
     console = console or Console()
     _check_env_available(args.env_id)
+    set_reproducible(args.num_threads, deterministic=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -65,11 +69,59 @@ def run_demo(args: DemoArgs, console: Console | None = None) -> dict[str, Any]:
     record(phase="sft", **{k: v for k, v in sft.items() if k != "adapter"})
     console.print(f"SFT loss {sft['first_loss']:.3f} -> {sft['final_loss']:.3f}; base agent: {sft['merged']}")
 
+    runs = []
+    for r in range(args.grpo_seeds):
+        seed = args.seed + r
+        sub = out / ("grpo" if r == 0 else f"grpo-seed{seed}")
+        runs.append(_grpo_run(args, sft["merged"], seed, sub, record, console, started))
+    before = runs[0]["curve"][0]
+    summary: dict[str, Any] = {
+        "env_id": args.env_id,
+        "model": args.model,
+        "args": dataclasses.asdict(args),
+        "before": before,
+        "after": runs[0]["curve"][-1],
+        "curve": runs[0]["curve"],
+        "paired": runs[0]["paired"],
+        "runs": runs,
+    }
+    if len(runs) > 1:  # bitwise reproducibility across machines is out of reach: report the spread
+        finals = [run["curve"][-1]["success_rate"] for run in runs]
+        summary["spread"] = {
+            "seeds": len(runs),
+            "success_min": min(finals),
+            "success_max": max(finals),
+            "success_mean": sum(finals) / len(finals),
+        }
+    summary["minutes"] = round((time.time() - started) / 60, 1)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    for run in runs:
+        console.print(curve_table(run["curve"], f"{args.env_id} (GRPO seed {run['seed']})"))
+        console.print(PairedComparison(**run["paired"]).line(), markup=False)
+    if "spread" in summary:
+        sp = summary["spread"]
+        console.print(
+            f"final test success over {sp['seeds']} GRPO seeds: {sp['success_min']:.3f}-"
+            f"{sp['success_max']:.3f} (mean {sp['success_mean']:.3f})"
+        )
+    console.print(f"{summary['minutes']} min; details in {out}")
+    return summary
+
+
+def _grpo_run(
+    args: DemoArgs, base_model: str, seed: int, out: Path, record, console: Console, started: float
+) -> dict[str, Any]:
+    """GRPO from the SFT base with one seed, test evaluations every ``eval_every`` steps, the paired test of
+    the last evaluation against the first (same test seeds)."""
+    from trace_train.evaluate import evaluate
+    from trace_train.grpo.trainer import GRPOTrainer
+    from trace_train.policies.base import SamplingConfig
+
     grpo = GRPOArgs(
         env_id=args.env_id,
-        model=sft["merged"],
-        out=str(out / "grpo"),
-        steps=0,
+        model=base_model,
+        out=str(out),
+        steps=args.steps,  # checked up front against the train split; trained in chunks below
         groups_per_step=args.groups_per_step,
         group_size=args.group_size,
         max_new_tokens=args.max_new_tokens,
@@ -81,12 +133,14 @@ def run_demo(args: DemoArgs, console: Console | None = None) -> dict[str, Any]:
         micro_batch_size=32,
         dtype=args.dtype,
         save_every=args.eval_every,
-        seed=args.seed,
+        seed=seed,
+        num_threads=args.num_threads,
         progress=True,
     )
     trainer = GRPOTrainer(grpo)
     greedy = SamplingConfig(temperature=0.0, max_new_tokens=args.max_new_tokens)
     curve: list[dict[str, Any]] = []
+    records: list[list[dict[str, Any]]] = []
 
     def test_eval() -> None:
         step = trainer.state["step"]
@@ -102,34 +156,23 @@ def run_demo(args: DemoArgs, console: Console | None = None) -> dict[str, Any]:
         )
         point = {"step": step, **{k: v for k, v in result.summary().items() if k != "env_id"}}
         curve.append(point)
-        record(phase="eval", **point)
+        records.append(result.trajectories)
+        record(phase="eval", seed=seed, **point)
         console.print(f"step {step}: {result.line()}", markup=False)  # the line has [split, n=...]
 
     console.rule(f"2/3 test-split success of the base agent ({args.eval_episodes} held-out seeds)")
     test_eval()
-    console.rule(f"3/3 GRPO on the train split: {args.steps} steps, {args.groups_per_step}x{args.group_size}")
-    while trainer.state["step"] < args.steps and time.time() - started < args.time_budget_min * 60:
+    console.rule(
+        f"3/3 GRPO seed {seed}: {args.steps} steps, {args.groups_per_step}x{args.group_size} rollouts"
+    )
+    budget = args.time_budget_min * 60
+    while trainer.state["step"] < args.steps and not (budget and time.time() - started >= budget):
         grpo.steps = min(trainer.state["step"] + args.eval_every, args.steps)  # train in chunks, evaluate
         trainer.train()
         test_eval()
-
-    summary = {
-        "env_id": args.env_id,
-        "model": args.model,
-        "before": curve[0],
-        "after": curve[-1],
-        "curve": curve,
-    }
-    summary["minutes"] = round((time.time() - started) / 60, 1)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    console.print(curve_table(curve, args.env_id))
-    before, after = curve[0], curve[-1]
-    improved = after["success_ci"][0] > before["success_ci"][1]
-    console.print(
-        f"test success {before['success_rate']:.3f} -> {after['success_rate']:.3f} in {summary['minutes']} min "
-        f"({'95% CIs do not overlap' if improved else '95% CIs overlap'}); details in {out}"
-    )
-    return summary
+    paired = compare_paired(records[0], records[-1])
+    record(phase="paired", seed=seed, **paired.to_json())
+    return {"seed": seed, "curve": curve, "paired": paired.to_json()}
 
 
 def _check_env_available(env_id: str) -> None:

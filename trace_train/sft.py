@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from trace_train.config import SFTArgs
-from trace_train.envs import make_env, reset_seed
+from trace_train.envs import make_env, train_reset_seed
 from trace_train.grpo.logprobs import pad_batch, sequence_logprobs, shared_prefix_logprobs
 from trace_train.metrics import peak_rss_mb
 from trace_train.policies.base import SamplingConfig
@@ -67,7 +67,7 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
     policy.model = ensure_lora(policy.model, args.lora())
     policy.configure(tool_format=args.tool_format)
     probe = make_env(args.env_id)
-    seeds = [reset_seed("train", args.seed_offset + i, probe) for i in range(args.episodes)]
+    seeds = [train_reset_seed(args.seed_offset + i, probe) for i in range(args.episodes)]  # never test seeds
     probe.close()
     trajs, failed = oracle_trajectories(policy, args.env_id, seeds, args.max_turns, args.difficulty)
     if not trajs:

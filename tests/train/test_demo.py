@@ -1,21 +1,50 @@
-"""``trace demo`` end to end on the tiny model: SFT, before/after evaluations, GRPO chunks, summary files."""
+"""The learning demo (``trace_train.demo.run_demo``, run by ``trace run configs/arith.toml``) end to end on the
+tiny model: SFT, before/after evaluations on the same test seeds, GRPO chunks, the paired test, summary files."""
 
 import json
 
-from trace_gym.cli import main
+import pytest
+
+from trace_train.config import DemoArgs
+from trace_train.demo import run_demo
+
+pytest.importorskip("reasoning_gym")
 
 
-def test_demo_runs_end_to_end_and_reports_the_curve(tiny_model_dir, tmp_path, capsys):
+def test_demo_runs_end_to_end_and_reports_the_paired_test(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "demo"
-    argv = ["demo", "--model", str(tiny_model_dir), "--out", str(out), "--sft-episodes", "4", "--steps", "2"]
-    argv += ["--eval-every", "1", "--eval-episodes", "4", "--groups-per-step", "2", "--group-size", "2"]
-    argv += ["--max-new-tokens", "4", "--dtype", "float32"]
-    assert main(argv) == 0
-    summary = json.loads((out / "summary.json").read_text())
+    args = DemoArgs(
+        model=str(tiny_model_dir),
+        out=str(out),
+        sft_episodes=4,
+        steps=2,
+        eval_every=1,
+        eval_episodes=4,
+        groups_per_step=2,
+        group_size=2,
+        max_new_tokens=4,
+        dtype="float32",
+        num_threads=1,
+    )
+    summary = run_demo(args)
+    assert summary["env_id"] == "trace/rg-arith2-v1"  # the content-split default
     assert [point["step"] for point in summary["curve"]] == [0, 1, 2]
     assert summary["before"]["split"] == "test" and summary["before"]["episodes"] == 4
+    paired = summary["paired"]
+    assert paired["n"] == 4 and 0.0 <= paired["mcnemar_p"] <= 1.0
+    assert paired["only_a"] + paired["only_b"] <= 4
     phases = [json.loads(line)["phase"] for line in (out / "demo_log.jsonl").read_text().splitlines()]
-    assert phases == ["sft", "eval", "eval", "eval"]
+    assert phases == ["sft", "eval", "eval", "eval", "paired"]
     assert (out / "sft" / "merged" / "config.json").exists()
     assert len((out / "grpo" / "metrics.jsonl").read_text().splitlines()) == 2
-    assert "test success" in capsys.readouterr().out
+    # both evaluations ran on the same test seeds (the pairing), none of them a training seed
+    seeds = [{json.loads(x)["seed"] for x in (out / "grpo" / f"eval-step{s}.jsonl").open()} for s in (0, 2)]
+    assert seeds[0] == seeds[1] and len(seeds[0]) == 4
+    assert "exact McNemar" in capsys.readouterr().out
+
+
+def test_demo_args_refuse_bad_values():
+    with pytest.raises(ValueError, match="--group-size"):
+        DemoArgs(group_size=1)
+    with pytest.raises(ValueError, match="--eval-every"):
+        DemoArgs(eval_every=0)

@@ -8,7 +8,15 @@ import pytest
 import torch
 
 from trace_train.grpo.advantages import group_advantages, informative_groups
-from trace_train.grpo.losses import LossConfig, k3_kl, normaliser, policy_loss, token_weights
+from trace_train.grpo.losses import (
+    LossConfig,
+    global_normaliser,
+    k3_kl,
+    normaliser,
+    policy_loss,
+    token_weights,
+    truncated_is_weights,
+)
 
 
 def test_group_advantages_normalised_within_each_group():
@@ -98,3 +106,112 @@ def test_micro_batches_sum_to_full_batch_loss(loss_type):
 def test_unknown_loss_type_rejected():
     with pytest.raises(ValueError, match="loss_type"):
         LossConfig("ppo2")
+
+
+# ----- defect 6: NaN from the KL term at non-policy positions ---------------------------------------------------
+def test_kl_is_finite_when_masked_logprobs_are_extreme():
+    """Reference log-probs are scattered as 0 at non-policy positions; a log-prob below -88.7 there gave
+    exp(0 - logp) = inf and inf * 0 = NaN. The KL now never exponentiates masked positions."""
+    logp = torch.tensor([[-1.0, -1000.0], [-0.5, -300.0]], requires_grad=True)
+    mask = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    ref = torch.tensor([[-1.1, 0.0], [-0.4, 0.0]])
+    old = torch.zeros_like(logp)  # old cache scattered as 0 at masked positions too
+    w = token_weights(mask, "dapo")
+    loss, m = policy_loss(logp, old, ADV, w, normaliser(mask, "dapo", 4), LossConfig("dapo", beta=0.1), ref)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logp.grad).all() and torch.isfinite(m["kl"])
+    assert logp.grad[:, 1].abs().sum() == 0
+    # the naive expression is what used to break
+    naive = (torch.exp(ref - logp.detach()) - (ref - logp.detach()) - 1) * mask
+    assert torch.isnan(naive).any()
+    assert k3_kl(logp.detach(), ref, mask)[:, 1].tolist() == [0.0, 0.0]
+
+
+# ----- defect 5: DAPO's normaliser is global across data-parallel ranks ----------------------------------------
+def test_dapo_normaliser_is_global_across_ranks():
+    """Two ranks with 10 and 30 policy tokens: every token must weigh 1/40 after DDP's gradient average
+    (per-rank normalisers gave 1/20 and 1/60)."""
+    torch.manual_seed(0)
+    masks = [torch.ones(1, 10), torch.ones(1, 30)]
+    logps = [torch.randn(1, n).requires_grad_(True) for n in (10, 30)]
+    adv = torch.tensor([1.0])
+    cfg = LossConfig("dapo")
+    local = [normaliser(m, "dapo", 64) for m in masks]
+    grads = []
+    for lp, m, n in zip(logps, masks, local, strict=True):
+        norm, scale = global_normaliser(n, all_reduce_sum=lambda _x: sum(local), world_size=2)
+        loss, _ = policy_loss(lp, lp.detach(), adv, token_weights(m, "dapo"), norm, cfg, scale=scale)
+        loss.backward()
+        grads.append(lp.grad / 2)  # DDP averages gradients over the two ranks
+    per_token = torch.cat([g.flatten() for g in grads])
+    assert per_token.tolist() == pytest.approx([-1 / 40] * 40, abs=1e-8)
+    # what one process with all 40 tokens computes
+    one = torch.cat([lp.detach() for lp in logps], dim=1).requires_grad_(True)
+    full_mask = torch.ones(1, 40)
+    loss, _ = policy_loss(one, one.detach(), adv, token_weights(full_mask, "dapo"), 40.0, cfg)
+    loss.backward()
+    assert torch.allclose(one.grad.flatten(), per_token, atol=1e-8)
+    assert global_normaliser(12.0) == (12.0, 1.0)
+
+
+# ----- defect 4: truncated importance sampling for the sampler/trainer mismatch -----------------------------
+def test_truncated_is_weights():
+    old = torch.tensor([[-1.0, -2.0, -0.5, 0.0]])
+    sampler = torch.tensor([[-1.1, -0.5, float("nan"), 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    w = truncated_is_weights(old, sampler, mask, cap=2.0)
+    assert w.tolist()[0] == pytest.approx([math.exp(0.1), math.exp(-1.5), 1.0, 1.0])
+    w = truncated_is_weights(torch.tensor([[0.0]]), torch.tensor([[-3.0]]), torch.ones(1, 1), cap=2.0)
+    assert w.item() == 2.0  # e^3 truncated at the cap
+    assert not truncated_is_weights(old.requires_grad_(True), sampler, mask, 2.0).requires_grad
+
+
+def test_is_weights_scale_the_surrogate_not_the_kl():
+    """Matches TRL's order: per_token_loss * importance_sampling_ratio, then + beta * kl."""
+    w = token_weights(MASK, "grpo")
+    is_w = torch.tensor([[0.5, 2.0], [1.5, 1.0]])
+    ref = torch.tensor([[-1.2, -2.0], [-0.4, -9.0]])
+    cfg = LossConfig("grpo", beta=0.1)
+    loss, _ = policy_loss(LOGP, OLD, ADV, w, 2.0, cfg, ref, is_w)
+    ratio = torch.exp(LOGP - OLD)
+    surrogate = -torch.minimum(ratio * ADV[:, None], torch.clamp(ratio, 0.8, 1.2) * ADV[:, None])
+    d = ref - LOGP
+    per_token = surrogate * is_w + 0.1 * (torch.exp(d) - d - 1)
+    expected = ((per_token * MASK).sum(-1) / MASK.sum(-1)).mean()
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-8)
+    unweighted, _ = policy_loss(LOGP, OLD, ADV, w, 2.0, cfg, ref, torch.ones_like(is_w))
+    assert unweighted.item() == pytest.approx(
+        policy_loss(LOGP, OLD, ADV, w, 2.0, cfg, ref)[0].item(), abs=1e-8
+    )
+
+
+def test_is_correction_removes_a_synthetic_mismatch():
+    """A sampler whose log-probs are the trainer's plus noise (bf16-like mismatch): the corrected gradient
+    estimates the trainer-policy gradient; only truncated tokens keep a residual."""
+    from trace_train.grpo.trainer import mismatch_stats
+
+    torch.manual_seed(0)
+    old = torch.randn(4, 50) - 2.0
+    noise = 0.03 * torch.randn(4, 50)
+    noise[0, 0] = -1.5  # one token far off, beyond the cap
+    sampler = old + noise
+    mask = torch.ones(4, 50)
+    w = truncated_is_weights(old, sampler, mask, cap=2.0)
+    stats = mismatch_stats(old, sampler, mask, w)
+    n = stats["tokens"]
+    assert n == 200
+    assert stats["abs_mean"] / n == pytest.approx(noise.abs().mean().item(), rel=1e-5)
+    assert stats["abs_max"] == pytest.approx(1.5, rel=1e-5)
+    assert stats["truncated_fraction"] == 1.0  # only the far-off token is truncated
+    assert stats["residual_abs_mean"] == pytest.approx(1.5 - math.log(2.0), rel=1e-4)
+    off = mismatch_stats(old, sampler, mask, None)  # no correction: the whole mismatch is residual
+    assert off["residual_abs_mean"] == pytest.approx(off["abs_mean"], rel=1e-6)
+
+
+def test_bad_loss_settings_are_clear_errors():
+    with pytest.raises(ValueError, match="clip_eps_low"):
+        LossConfig("grpo", clip_eps_low=0.0)
+    with pytest.raises(ValueError, match="beta"):
+        LossConfig("grpo", beta=float("nan"))
+    with pytest.raises(ValueError, match="is_cap"):
+        LossConfig("grpo", is_cap=float("inf"))

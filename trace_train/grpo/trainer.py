@@ -23,11 +23,17 @@ from typing import Any
 import torch
 
 from trace_train.config import GRPOArgs
-from trace_train.envs import make_env, reset_seed
+from trace_train.envs import check_train_tasks, make_env, train_reset_seed
 from trace_train.grpo.advantages import group_advantages, informative_groups
 from trace_train.grpo.checkpoint import load_checkpoint, save_checkpoint
 from trace_train.grpo.logprobs import pad_batch, sequence_logprobs
-from trace_train.grpo.losses import normaliser, policy_loss, token_weights
+from trace_train.grpo.losses import (
+    global_normaliser,
+    normaliser,
+    policy_loss,
+    token_weights,
+    truncated_is_weights,
+)
 from trace_train.metrics import MetricsLogger
 from trace_train.policies.base import SamplingConfig
 from trace_train.policies.hf import HFPolicy, ensure_lora
@@ -54,6 +60,7 @@ class GRPOTrainer:
         self.loss_cfg = args.loss_config()
         self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
         self.rank, self.world = self.acc.process_index, self.acc.num_processes
+        set_reproducible(args.num_threads, args.deterministic)
         torch.manual_seed(args.seed * 1009 + self.rank)  # ranks sample differently
         if policy is None:
             policy = HFPolicy.from_pretrained(
@@ -75,6 +82,9 @@ class GRPOTrainer:
         n_envs = args.groups_per_step * args.group_size
         self.envs = [make_env(args.env_id) for _ in range(n_envs)]
         self.state: dict[str, Any] = {"step": 0, "next_task": 0, "skipped_steps": 0}
+        # refuse up front a run whose tasks would leave the train split (the most it can take, refills included)
+        refills = args.max_refill_rounds if args.dynamic_sampling else 0
+        check_train_tasks(self.envs[0], 0, args.steps * args.groups_per_step * self.world * (1 + refills))
         self.out = Path(args.out)
         if args.resume:
             self.state = load_checkpoint(
@@ -136,7 +146,7 @@ class GRPOTrainer:
         n_hint = round(a.hint_fraction * a.group_size)
         specs = []
         for g, task in enumerate(task_indices):
-            seed = reset_seed("train", task, self.envs[0])
+            seed = train_reset_seed(task, self.envs[0])  # the guard: never a test seed
             for j in range(a.group_size):
                 specs.append(
                     ResetSpec(seed=seed, group=g, hint=j < n_hint, split="train", difficulty=a.difficulty)
@@ -153,6 +163,8 @@ class GRPOTrainer:
         a = self.args
         specs = self._group_specs(self._take_tasks(a.groups_per_step))
         self._gen_calls = 0
+        # sampling depends on (seed, rank, step) only: a resumed run samples what the uninterrupted one did
+        torch.manual_seed(_step_seed(a.seed, self.rank, self.state["step"]))
         trajs = collect(
             self.policy,
             self.envs,
@@ -218,8 +230,8 @@ class GRPOTrainer:
     def _logprobs(self, model, seqs, masks):
         ids, attn, pmask = pad_batch(seqs, masks, self.policy.tokenizer.pad_token_id)
         dev = self.acc.device
+        # at the sampling temperature, with the sampler's top-p: the distribution the tokens came from
         share = self.args.engine != "simple"  # cached: the shared prefix once, packed rows (issue 9)
-        # at the sampling temperature, with the sampler's top-k/top-p: the distribution the tokens came from
         return sequence_logprobs(
             model, ids.to(dev), attn.to(dev), pmask.to(dev), sampling=self.sampling, share_prefix=share
         )
@@ -240,40 +252,51 @@ class GRPOTrainer:
             out += [row[m > 0] for row, m in zip(logp, tmask, strict=True)]
         return out
 
+    def _all_reduce_sum(self, value: float) -> float:
+        t = torch.tensor([float(value)], device=self.acc.device)
+        return float(self.acc.reduce(t, reduction="sum").item())
+
     def optimise(self, trajs: list[Trajectory]) -> dict[str, float]:
         a, cfg = self.args, self.loss_cfg
         batch = [t.training_ids() for t in trajs]
         seqs = [ids[: a.max_total_tokens] for ids, _ in batch]
         masks = [m[: a.max_total_tokens] for _, m in batch]
+        sampler = [_sampler_row(t, m) for t, m in zip(trajs, masks, strict=True)]
         adv = group_advantages(
             [t.reward for t in trajs], [t.spec.group for t in trajs], scale_by_std=a.loss_type != "dr_grpo"
         )
         n = len(seqs)
         n_updates = a.ppo_epochs * a.num_minibatches
-        # with one optimiser update per batch the old policy *is* the current one: use detached log-probs
-        # instead of an extra forward pass (ratio == 1, same gradient)
         gen = torch.Generator().manual_seed(a.seed * 7919 + self.state["step"])
-        totals: dict[str, float] = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "grad_norm": 0.0}
-        n_micro = 0
+        sums: dict[str, float] = dict.fromkeys(("clip_fraction", "kl", *MISMATCH_KEYS), 0.0)
+        losses: list[float] = []
+        grad_norms: list[float] = []
+        mismatch_max = 0.0
+        mismatch_tokens = 0
         trained_tokens = 0
         t0 = time.perf_counter()
         self.model.train()
         old_cache: dict[int, torch.Tensor] = {}
         ref_cache: dict[int, torch.Tensor] = {}
+        # with one optimiser update per batch the old policy *is* the current one: use detached log-probs
+        # instead of an extra forward pass (ratio == 1, same gradient)
         if n_updates > 1:
             old_cache = dict(enumerate(self._frozen_logprobs(seqs, masks, ref=False)))
         if cfg.beta > 0:
             ref_cache = dict(enumerate(self._frozen_logprobs(seqs, masks, ref=True)))
-        for _epoch in range(a.ppo_epochs):
+        for epoch in range(a.ppo_epochs):
             order = torch.randperm(n, generator=gen).tolist() if n_updates > 1 else list(range(n))
             per_mb = math.ceil(n / a.num_minibatches)
             for m0 in range(0, n, per_mb):
                 mb_idx = order[m0 : m0 + per_mb]
                 mb_mask = pad_batch([seqs[i] for i in mb_idx], [masks[i] for i in mb_idx], 0)[2][:, 1:]
-                norm = normaliser(mb_mask, a.loss_type, a.max_new_tokens * a.max_turns)
+                local = normaliser(mb_mask, a.loss_type, a.max_new_tokens * a.max_turns)
+                # one normaliser for the whole data-parallel minibatch (DAPO: all ranks' tokens)
+                norm, scale = global_normaliser(local, self._all_reduce_sum, self.world)
                 micro = [
                     mb_idx[s : s + a.micro_batch_size] for s in range(0, len(mb_idx), a.micro_batch_size)
                 ]
+                mb_loss = 0.0
                 for k, idx in enumerate(micro):
                     ctx = self.acc.no_sync(self.model) if k < len(micro) - 1 else contextlib.nullcontext()
                     with ctx:
@@ -284,32 +307,55 @@ class GRPOTrainer:
                             _scatter([old_cache[i] for i in idx], tmask) if old_cache else logp.detach()
                         )
                         ref_logp = _scatter([ref_cache[i] for i in idx], tmask) if ref_cache else None
+                        sampler_logp = _scatter([sampler[i] for i in idx], tmask, fill=float("nan"))
+                        is_w = (
+                            truncated_is_weights(old_logp, sampler_logp, tmask, cfg.is_cap)
+                            if cfg.is_cap > 0
+                            else None
+                        )
                         w = token_weights(tmask, a.loss_type)
                         loss, m = policy_loss(
-                            logp, old_logp, adv[idx].to(logp.device), w, norm, cfg, ref_logp
+                            logp, old_logp, adv[idx].to(logp.device), w, norm, cfg, ref_logp, is_w, scale
                         )
                         if not torch.isfinite(loss):
                             raise NonFiniteError(f"non-finite loss at step {self.state['step']}")
                         self.acc.backward(loss)
-                    totals["loss"] += loss.item()
-                    totals["clip_fraction"] += m["clip_fraction"].item()
-                    totals["kl"] += m["kl"].item()
-                    trained_tokens += int(tmask.sum().item())
-                    n_micro += 1
+                    n_tok = int(tmask.sum().item())
+                    mb_loss += loss.item() / scale  # this rank's share of the minibatch loss
+                    sums["clip_fraction"] += m["clip_fraction"].item() * n_tok
+                    sums["kl"] += m["kl"].item() * n_tok
+                    if epoch == 0:  # the sampler's policy is the old policy only before the first update
+                        mm = mismatch_stats(old_logp, sampler_logp, tmask, is_w)
+                        mismatch_tokens += int(mm.pop("tokens"))
+                        mismatch_max = max(mismatch_max, mm.pop("abs_max"))
+                        for key in MISMATCH_KEYS:
+                            sums[key] += mm[key]
+                    trained_tokens += n_tok
+                losses.append(mb_loss)
                 grad_norm = self._clip_and_check()
                 if grad_norm is None:  # non-finite gradient: skip this update, keep the run alive
                     self.state["skipped_steps"] += 1
                     self.optimizer.zero_grad(set_to_none=True)
                     continue
-                totals["grad_norm"] += grad_norm
+                grad_norms.append(grad_norm)
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
         seconds = time.perf_counter() - t0
-        out = {k: v / max(n_micro, 1) for k, v in totals.items() if k != "grad_norm"}
-        out["loss"] = totals["loss"] / max(n_updates, 1)  # micro losses sum to their minibatch's loss
-        out["grad_norm"] = totals["grad_norm"] / max(n_updates, 1)
-        out["train_tokens_per_s"] = trained_tokens / max(seconds, 1e-9)
-        out["train_seconds"] = seconds
+        tokens_seen = max(trained_tokens, 1)
+        out = {
+            # means over the minibatches actually run / the updates actually applied (not the planned count)
+            "loss": _mean(losses),
+            "grad_norm": _mean(grad_norms),
+            "optimizer_updates": len(grad_norms),
+            "clip_fraction": sums["clip_fraction"] / tokens_seen,
+            "kl": sums["kl"] / tokens_seen,
+            "train_tokens_per_s": trained_tokens / max(seconds, 1e-9),
+            "train_seconds": seconds,
+        }
+        if mismatch_tokens:  # per policy token with a sampler log-prob: before and after the IS correction
+            out.update({f"mismatch_{k}": sums[k] / mismatch_tokens for k in MISMATCH_KEYS})
+            out["mismatch_abs_max"] = mismatch_max
+            out["mismatch_tokens"] = mismatch_tokens
         return out
 
     def _clip_and_check(self) -> float | None:
@@ -387,9 +433,63 @@ def enable_gradient_checkpointing(model) -> None:
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
-def _scatter(rows: list[torch.Tensor], tmask: torch.Tensor) -> torch.Tensor:
+MISMATCH_KEYS = ("abs_mean", "kl", "residual_abs_mean", "is_weight_mean", "truncated_fraction")
+
+
+def mismatch_stats(
+    old_logp: torch.Tensor, sampler_logp: torch.Tensor, tmask: torch.Tensor, is_w: torch.Tensor | None
+) -> dict[str, float]:
+    """Sums over the policy tokens that have a sampler log-prob (divide by ``tokens``), plus the max.
+
+    Before the correction: |old - sampler| and the k3 estimate of KL(sampler || trainer). After it: the part
+    of the log-ratio the truncated weight leaves uncorrected, |log w - (old - sampler)| (0 below the cap).
+    """
+    with torch.no_grad():
+        valid = (tmask > 0) & torch.isfinite(sampler_logp)
+        d = torch.where(valid, old_logp - torch.nan_to_num(sampler_logp), torch.zeros_like(old_logp))
+        log_w = torch.log(is_w) if is_w is not None else torch.zeros_like(d)
+        residual = torch.where(valid, (log_w - d).abs(), torch.zeros_like(d))
+        w = is_w if is_w is not None else torch.ones_like(d)
+        vf = valid.float()
+        return {
+            "tokens": float(vf.sum()),
+            "abs_max": float(d.abs().max()) if valid.any() else 0.0,
+            "abs_mean": float(d.abs().sum()),
+            "kl": float(((torch.exp(d) - 1 - d) * vf).sum()),
+            "residual_abs_mean": float(residual.sum()),
+            "is_weight_mean": float((w * vf).sum()),
+            "truncated_fraction": float(((residual > 1e-5) & valid).float().sum()),  # above float noise
+        }
+
+
+def _sampler_row(traj: Trajectory, mask: list[int]) -> torch.Tensor:
+    """The sampler's log-probs of the policy tokens of ``mask`` (1-D; NaN where none was reported).
+
+    Hint rollouts were sampled under the hinted prompt but are trained on the base one on purpose: their
+    sampler log-probs are not a mismatch to correct, so they get NaN (importance weight 1).
+    """
+    n_policy = sum(1 for x in mask if x)
+    lps = traj.training_sampler_logprobs() if hasattr(traj, "training_sampler_logprobs") else []
+    if traj.spec.hint or len(lps) < len(mask):
+        return torch.full((n_policy,), float("nan"))
+    return torch.tensor([lp for lp, x in zip(lps, mask, strict=False) if x], dtype=torch.float32)
+
+
+def _step_seed(seed: int, rank: int, step: int) -> int:
+    return (seed * 1_000_003 + rank * 7_919 + step) % 2**63
+
+
+def set_reproducible(num_threads: int, deterministic: bool) -> None:
+    """A fixed CPU thread count (reduction order changes results) and deterministic kernels where they exist."""
+    if num_threads > 0:
+        torch.set_num_threads(num_threads)
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def _scatter(rows: list[torch.Tensor], tmask: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
     """Place cached per-sequence policy-token log-probs at the policy positions of a micro-batch."""
-    out = torch.zeros(tmask.shape, dtype=torch.float32, device=tmask.device)
+    out = torch.full(tmask.shape, fill, dtype=torch.float32, device=tmask.device)
     for i, r in enumerate(rows):
         out[i, tmask[i] > 0] = r.to(out.device, torch.float32)
     return out
