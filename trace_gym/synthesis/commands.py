@@ -175,7 +175,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sy.add_argument("--max-tokens", type=int, default=6000)
     sy.add_argument("--cpu-seconds", type=int, default=120, help="sandbox CPU-time limit")
     sy.add_argument("--memory-gb", type=float, default=3.0, help="sandbox address-space limit")
-    sy.add_argument("--wall-seconds", type=float, default=300.0, help="sandbox wall-clock limit")
+    sy.add_argument("--wall-seconds", type=float, default=600.0, help="sandbox wall-clock limit")
     sy.set_defaults(func=cmd_synthesize)
 
     iso = subparsers.add_parser(
