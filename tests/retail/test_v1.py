@@ -222,3 +222,25 @@ def test_no_test_task_key_in_the_train_split(env):
     for seed in range(15):
         env.reset(seed=seed, options={"split": "test"})
         assert env.task_key() not in train
+
+
+def test_a_fallback_names_exactly_one_available_variant(env):
+    cases = 0
+    for seed in range(120):
+        env.reset(seed=seed, options={"split": "train", "difficulty": 3})
+        state = env.task.initial_state
+        for request in env.task.requests:
+            fallback = next((f.value for f in request.facts if f.name == "fallback"), None)
+            if fallback is None:
+                continue
+            cases += 1
+            new = request.writes[0].args["new_item_ids"][0]
+            product = next(p for p in state["products"].values() if new in p["variants"])
+            fits = [
+                item_id
+                for item_id, variant in product["variants"].items()
+                if variant["available"]
+                and all(f"{k}: {v}" in fallback for k, v in variant["options"].items())
+            ]
+            assert fits == [new], (seed, fallback)
+    assert cases >= 10
