@@ -25,7 +25,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -535,7 +535,3 @@ def _engine_batches(
     finally:
         for env in envs:
             env.close()
-
-
-def summary_json(summary: RolloutSummary) -> dict[str, Any]:
-    return asdict(summary)
