@@ -94,7 +94,9 @@ def test_ablated_agent_fails_and_only_the_removed_capability_is_lacking(env, cap
             failed += 1
             assert lacking == {capability}, (seed, info["reward_components"], info["requirements"])
         else:
-            assert not lacking and capability not in env.task.capabilities or capability == "policy-adherence"
+            assert not lacking, (seed, info["requirements"])
+            # passed: the task did not need the capability (policy-adherence: a refusal or transfer task)
+            assert capability not in env.task.capabilities or capability == "policy-adherence"
         if capability == "multi-step-completion":  # fails exactly on the tasks with more than one request
             assert (reward < 1.0) == (len(env.task.requests) > 1), seed
         if capability == "policy-adherence":  # fails exactly on the tasks with a write
