@@ -26,7 +26,7 @@ import numpy as np
 from trace_gym.core.env import Episode, Evaluation
 from trace_gym.targets.retail.env import RetailEnv, value_pool
 from trace_gym.targets.retail.llm_user import RetailLLMUser
-from trace_gym.targets.retail.policy import HINT, POLICY_V1
+from trace_gym.targets.retail.policy import HINT_V1, POLICY_V1
 from trace_gym.targets.retail.tasks import Task, generate_task
 from trace_gym.targets.retail.user import RetailUser
 from trace_gym.targets.retail.user_v1 import RetailUserV1
@@ -78,7 +78,7 @@ class RetailEnvV1(RetailEnv):
             state=task.initial_state,
             user=user,
             instance={"difficulty": difficulty, "state": task.initial_state, "task": task.describe()},
-            hint=HINT,
+            hint=HINT_V1,
             value_pool=value_pool(task),
         )
 

@@ -74,3 +74,10 @@ or each amount with what it is for); a list of candidate amounts answers nothing
 """,
 )
 assert POLICY_V1 != POLICY
+
+HINT_V1 = HINT.replace(
+    "state the exact action with the order id and ask for a yes",
+    "state the exact action with the order id and its details (items and their new variants, address, amount, "
+    "payment method, reason) and ask for a yes",
+)
+assert HINT_V1 != HINT
