@@ -41,6 +41,7 @@ def grpo_args(ctx: StageContext, env_id: str, out: Path, difficulty: int | None,
         lora_alpha=cfg.base.lora_alpha,
         dtype=cfg.base.dtype,
         save_every=a.save_every,
+        gradient_checkpointing=a.gradient_checkpointing,
         tensorboard=False,
         progress=False,  # the stage prints its own progress lines (readable in logs)
     )

@@ -55,6 +55,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
                 max_turns=warm.max_turns,
                 difficulty=warm.difficulty,
                 merge=True,
+                gradient_checkpointing=warm.gradient_checkpointing,
                 lora_rank=base.lora_rank,
                 lora_alpha=base.lora_alpha,
                 dtype=base.dtype,
