@@ -11,7 +11,31 @@ from trace_train.demo import run_demo
 pytest.importorskip("reasoning_gym")
 
 
-def test_demo_runs_end_to_end_and_reports_the_paired_test(tiny_model_dir, tmp_path, capsys):
+def test_demo_runs_end_to_end_and_reports_the_paired_test(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """Also defect 1 at the demo's level: its test questions are never among its own training questions
+    (rg-arith1-v0's 200 test seeds had 79 questions verbatim in the demo's SFT and GRPO tasks)."""
+    import trace_train.evaluate as evaluate_module
+    from trace_gym.adapters.reasoning_gym import ReasoningGymEnv
+
+    keys: dict[str, set[str]] = {"train": set(), "test": set()}
+    phase = {"eval": False}
+    real_reset, real_evaluate = ReasoningGymEnv.reset, evaluate_module.evaluate
+
+    def reset(self, **kw):
+        out = real_reset(self, **kw)
+        keys["test" if phase["eval"] else "train"].add(self.task_key())
+        assert phase["eval"] or self.split == "train"  # training resets only train-split tasks
+        return out
+
+    def evaluate(*a, **kw):
+        phase["eval"] = True
+        try:
+            return real_evaluate(*a, **kw)
+        finally:
+            phase["eval"] = False
+
+    monkeypatch.setattr(ReasoningGymEnv, "reset", reset)
+    monkeypatch.setattr(evaluate_module, "evaluate", evaluate)
     out = tmp_path / "demo"
     args = DemoArgs(
         model=str(tiny_model_dir),
@@ -41,6 +65,7 @@ def test_demo_runs_end_to_end_and_reports_the_paired_test(tiny_model_dir, tmp_pa
     seeds = [{json.loads(x)["seed"] for x in (out / "grpo" / f"eval-step{s}.jsonl").open()} for s in (0, 2)]
     assert seeds[0] == seeds[1] and len(seeds[0]) == 4
     assert "exact McNemar" in capsys.readouterr().out
+    assert keys["train"] and keys["test"] and not keys["train"] & keys["test"]
 
 
 def test_demo_args_refuse_bad_values():
