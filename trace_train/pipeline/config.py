@@ -54,6 +54,9 @@ class WarmStartConfig:
     difficulty: int | None = knob(
         None, "difficulty of the oracle episodes (None: the env's default)", minimum=0
     )
+    gradient_checkpointing: bool = knob(
+        False, "recompute activations in backward: long tool conversations fit in memory (slower)"
+    )
 
 
 @dataclass
@@ -124,6 +127,9 @@ class AdaptersConfig:
     dynamic_sampling: bool = knob(True, "refill groups whose rewards are all equal")
     save_every: int = knob(
         5, "checkpoint every N steps (an interrupted run resumes from the last)", minimum=1
+    )
+    gradient_checkpointing: bool = knob(
+        False, "recompute activations in backward: long tool conversations fit in memory (slower)"
     )
 
 
