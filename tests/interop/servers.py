@@ -36,8 +36,11 @@ class ServerProcess:
             if " on http://" in line or self.proc.poll() is not None:
                 break
         if " on http://" not in line:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            error = self.proc.stderr.read()[-2000:]
             self.stop()
-            raise RuntimeError(f"server did not start: {line!r} {self.proc.stderr.read()[-2000:]}")
+            raise RuntimeError(f"server did not start: {line!r} {error}")
         self.url = line.strip().rsplit(" on ", 1)[1]
 
     def stop(self) -> None:

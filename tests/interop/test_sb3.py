@@ -69,7 +69,17 @@ def test_slots_are_fixed_size_and_deterministic():
         a.step(a.action_space.n)
 
 
-def test_ppo_trains_and_predicts(tmp_path):
+@pytest.fixture
+def one_thread():
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny MLP: intra-op threads only contend with the other processes
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_ppo_trains_and_predicts(tmp_path, one_thread):
     env = CandidateActionEnv(gym.make(LIBRARY))
     model = PPO("MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu")
     model.learn(128)
@@ -81,12 +91,10 @@ def test_ppo_trains_and_predicts(tmp_path):
 
 
 @pytest.mark.slow
-def test_ppo_beats_random_on_a_capability_env():
+def test_ppo_beats_random_on_a_capability_env(one_thread):
     """Figures in docs/interop.md and the closing note of issue 14 come from this setup."""
-    import torch
     from stable_baselines3.common.env_util import make_vec_env
 
-    torch.set_num_threads(1)
     seeds = range(
         10_000, 10_100
     )  # evaluation seeds, never trained on (training draws seeds from its own rng)
@@ -114,4 +122,4 @@ def test_ppo_beats_random_on_a_capability_env():
         seeds,
     )
     print(f"PPO {ppo_score:.2f} vs random {random_score:.2f} on {LIBRARY} (100 held-out seeds)")
-    assert ppo_score >= random_score + 0.3
+    assert ppo_score >= random_score + 0.2 and ppo_score >= 3 * random_score

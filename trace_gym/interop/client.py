@@ -15,6 +15,7 @@ connection is reopened once per request.
 from __future__ import annotations
 
 import contextlib
+import copy
 import http.client
 import json
 from typing import Any
@@ -101,6 +102,7 @@ class RemoteEnv(gym.Env[list, Any]):
         self.render_mode = render_mode
         self.session_id: str | None = None
         self._last: list[dict[str, Any]] = []
+        self._tools: list[dict[str, Any]] | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -116,15 +118,27 @@ class RemoteEnv(gym.Env[list, Any]):
             answer = self.client.request("POST", "/reset", body)
         self.session_id = answer["session_id"]
         self._last = answer["observation"]
+        self._tools = answer["info"].get("tools")
         return answer["observation"], answer["info"]
 
     def step(self, action: Any):
         if self.session_id is None:
             raise RuntimeError("call reset() before step()")
-        answer = self.client.request("POST", "/step", {"session_id": self.session_id, "action": action})
-        self._last = answer["observation"]
+        # Compact answers carry only the new messages and leave out unchanged tools: the wire stays small
+        # however long the conversation grows.
+        body = {"session_id": self.session_id, "action": action, "compact": True}
+        answer = self.client.request("POST", "/step", body)
+        info = answer["info"]
+        if "new_messages" in answer:
+            self._last = self._last + answer["new_messages"]
+        else:
+            self._last = answer["observation"]
+        if "tools" in info:
+            self._tools = info["tools"]
+        elif self._tools is not None:
+            info["tools"] = self._tools
         return (
-            answer["observation"],
+            copy.deepcopy(self._last),
             float(answer["reward"]),
             bool(answer["terminated"]),
             bool(answer["truncated"]),

@@ -5,8 +5,10 @@ verbs; every body and answer is JSON::
 
     POST /reset   {"session_id"?: str, "seed"?: int, "options"?: {...}}
                   -> {"session_id", "observation", "info", "reward": 0.0, "terminated", "truncated", "done"}
-    POST /step    {"session_id": str, "action": str | {"content", "tool_calls"}}
+    POST /step    {"session_id": str, "action": str | {"content", "tool_calls"}, "compact"?: bool}
                   -> {"session_id", "observation", "reward", "terminated", "truncated", "done", "info"}
+                  with "compact": true, "new_messages" (the messages appended since the last answer) replaces
+                  "observation", and info omits "tools" when they did not change (RemoteEnv uses this)
     GET  /state?session_id=ID
                   -> {"session_id", "episode_id", "step_count", "done", "observation", "tools"}
     POST /close   {"session_id": str}          (also DELETE /sessions/ID)
@@ -244,18 +246,33 @@ class EnvServer:
             obs, reward, terminated, truncated, info = session.env.step(body["action"])
             session.step_count += 1
             session.done = bool(terminated or truncated)
-            session.observation = to_json(obs)
-            if "tools" in info:
-                session.tools = to_json(info["tools"])
-            return {
+            shown = len(session.observation or [])
+            # Conversations only grow, so the new messages are the tail; a compact client appends them itself.
+            new_messages = to_json(obs[shown:]) if isinstance(obs, list) else None
+            session.observation = (
+                (session.observation or [])[:shown] + new_messages
+                if new_messages is not None
+                else to_json(obs)
+            )
+            answer = {
                 "session_id": body["session_id"],
-                "observation": session.observation,
                 "reward": float(reward),
                 "terminated": bool(terminated),
                 "truncated": bool(truncated),
                 "done": session.done,
-                "info": to_json(info),
             }
+            tools = to_json(info["tools"]) if "tools" in info else None
+            compact = body.get("compact") is True and new_messages is not None
+            if compact and tools == session.tools:
+                info = {k: v for k, v in info.items() if k != "tools"}
+            if tools is not None:
+                session.tools = tools
+            answer["info"] = to_json(info)
+            if compact:
+                answer["new_messages"] = new_messages
+            else:
+                answer["observation"] = session.observation
+            return answer
 
     def state(self, session_id: Any) -> dict[str, Any]:
         session = self.pool.get(session_id, touch=False)
@@ -310,6 +327,9 @@ def _tools(env: gym.Env) -> list[dict[str, Any]]:
 def _handler(server: EnvServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: one connection per client env
+        # Headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm holds the body until the
+        # client's delayed ACK (~40 ms per request on Linux).
+        disable_nagle_algorithm = True
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             url = urlparse(self.path)
