@@ -85,7 +85,7 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     log = open(out / "sft_metrics.jsonl", "w", encoding="utf-8")  # noqa: SIM115
     model.train()
-    step, t0 = 0, time.perf_counter()
+    step, t0, cpu0 = 0, time.perf_counter(), time.process_time()
     rng = random.Random(args.seed)
     losses = []
     seen_tokens = trained_tokens = 0
@@ -119,7 +119,7 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
             log.write(json.dumps({"step": step, "epoch": epoch, "loss": loss.item()}) + "\n")
             log.flush()
     log.close()
-    train_seconds = time.perf_counter() - t0
+    train_seconds, train_cpu_seconds = time.perf_counter() - t0, time.process_time() - cpu0
     model.save_pretrained(out / "adapter")
     policy.tokenizer.save_pretrained(out / "adapter")
     summary = {
@@ -132,6 +132,8 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
         "train_seconds": train_seconds,
         "tokens_per_s": seen_tokens / max(train_seconds, 1e-9),  # all tokens of the trained sequences
         "agent_tokens_per_s": trained_tokens / max(train_seconds, 1e-9),
+        "train_cpu_seconds": train_cpu_seconds,  # CPU time of this process (steadier than wall on a shared host)
+        "tokens_per_cpu_s": seen_tokens / max(train_cpu_seconds, 1e-9),
         "engine": args.engine,
         "tool_format": args.tool_format,
         "peak_rss_mb": peak_rss_mb(),

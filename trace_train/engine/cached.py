@@ -186,7 +186,9 @@ def _prefill(
         last = lengths - 1
         in_chunk = (last >= c0) & (last < c1)
         pick = (last - c0).clamp(0, c1 - c0 - 1) if want_logits and bool(in_chunk.any()) else None
-        out = runner(ids[:, c0:c1].to(device), mask.to(device), pos.to(device), cache.cache, pick)
+        # no hole anywhere (e.g. the shared prefix): no mask, so attention can take its causal kernel (2x on CPU)
+        attn = None if bool(mask.all()) else mask.to(device)
+        out = runner(ids[:, c0:c1].to(device), attn, pos.to(device), cache.cache, pick)
         if out is not None:
             logits = out if logits is None else torch.where(in_chunk.to(out.device)[:, None], out, logits)
     for r, d in enumerate(deltas):
