@@ -242,10 +242,15 @@ def _llm_labels(args, records, requirement, timings, progress):
         progress=progress,
     )
     seeds = [_capability(spec) for spec in args.capabilities]
+    if not seeds:  # the target's declared capabilities, where its trajectories carry requirement labels
+        declared = sorted({name for r in records for name in (r.get("requirements") or {})})
+        seeds = [Capability(n, describe(n)) for n in declared]
     if requirement is not None:  # both labellers: label the same names so agreement can be measured
         seeds = [Capability(n, describe(n)) for n in requirement.capabilities]
     t0 = time.perf_counter()
-    if seeds and (requirement is not None or not args.discover):
+    if not args.discover and not seeds:
+        raise ValueError("--no-discover needs --capabilities (or trajectories that carry requirement labels)")
+    if requirement is not None or not args.discover:
         capabilities = seeds
     else:
         capabilities = labeller.discover(records, seeds)
