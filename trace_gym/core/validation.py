@@ -534,8 +534,9 @@ FUZZ_TEXT = [
 
 
 def fuzz_action(env: ChatToolEnv, rng: np.random.Generator) -> Any:
-    """One hostile action: random text, random JSON, wrong argument types, unknown tools, odd unicode."""
-    kind = int(rng.integers(7))
+    """One hostile action: random text, random JSON, wrong argument types, unknown tools, odd unicode, and
+    Python values that are not JSON at all (sets, bytes, objects, hostile nesting, lone surrogates)."""
+    kind = int(rng.integers(8))
     name = env.tools[int(rng.integers(len(env.tools)))]["function"]["name"] if env.tools else "tool"
     if kind == 0:
         return "".join(chr(int(c)) for c in rng.integers(1, 0x2FFF, size=int(rng.integers(0, 40))))
@@ -552,7 +553,29 @@ def fuzz_action(env: ChatToolEnv, rng: np.random.Generator) -> Any:
         return f'<tool_call>{{"name": "{name}", "arguments": "{{\\"a\\": }}"}}</tool_call>'
     if kind == 5:
         return {"content": 5, "tool_calls": "x"}
-    return {"content": "", "tool_calls": [{"function": {"name": "💥", "arguments": "[]"}}]}
+    if kind == 6:
+        return {"content": "", "tool_calls": [{"function": {"name": "💥", "arguments": "[]"}}]}
+    return _odd_value(env, name, rng)
+
+
+def _odd_value(env: ChatToolEnv, name: str, rng: np.random.Generator) -> Any:
+    """A Python value no JSON parser produces, as an action or inside a call's arguments."""
+    nested: list[Any] = []
+    for _ in range(20_000):
+        nested = [nested]
+    values: list[Any] = [{1, 2}, b"bytes", object(), nested, float("nan"), {3: "int key"}, ("a", "tuple")]
+    value = values[int(rng.integers(len(values)))]
+    fn = next((t["function"] for t in env.tools if t["function"]["name"] == name), {}) if env.tools else {}
+    key = next(iter(fn.get("parameters", {}).get("properties", {})), "x")
+    choice = int(rng.integers(4))
+    if choice == 0:
+        return {"content": "", "tool_calls": [{"function": {"name": name, "arguments": {key: value}}}]}
+    if choice == 1:
+        return value
+    if choice == 2:
+        return {"content": value, "tool_calls": []}
+    # a lone surrogate in a value a tool may store (it is hashed with the state at the episode's end)
+    return f'<tool_call>{{"name": "{name}", "arguments": {{"{key}": "\\udc80"}}}}</tool_call>'
 
 
 def _check_fuzz(env_id: str, make_kwargs: dict[str, Any], config: ValidationConfig) -> CheckResult:
