@@ -13,7 +13,8 @@ Figures (each side runs in its own subprocess, one after the other, so each repo
 4. the long-prompt GRPO step against TRL (SmolLM2 fp32, LoRA r16, 4 prompts x 8 completions x 64 tokens,
    ~355-token prompts): trace s/step / TRL s/step and peak RSS per side (TRL last, skipped without ``trl``);
 5. roofline: the engine's prefill and decode tokens/s as achieved FLOP/s against this machine's measured bf16
-   matmul peak.
+   matmul peak;
+6. the compact tool rendering: prompt tokens of a retail episode, JSON vs compact.
 
 Reduced sizes are written into the results (``sizes``), so ratios are never read without them. Every side
 reports wall seconds and CPU seconds of its process: on a machine shared with other jobs the CPU-time ratio
@@ -272,7 +273,27 @@ def side_matmul_peak() -> dict[str, Any]:
     return {"matmul_flops_per_s": out}
 
 
+def side_tool_tokens(model: str) -> dict[str, Any]:
+    """Prompt tokens of a retail episode's first turn with the JSON and the compact tool rendering."""
+    from trace_train.envs import make_env, reset_seed, tools_of
+    from trace_train.models import load_model
+    from trace_train.policies.base import as_conversation
+    from trace_train.policies.hf import HFPolicy
+
+    base, tok = load_model(model)
+    env = make_env("trace/retail-v0")
+    obs, info = env.reset(seed=reset_seed("test", 0, env), options={"split": "test", "difficulty": 2})
+    out = {}
+    for fmt in ("json", "compact"):
+        policy = HFPolicy(base, tok).configure(tool_format=fmt)
+        head, rest = policy.renderer.prompt_segments(as_conversation(obs), tools_of(env, info))
+        out[fmt] = {"system_tokens": len(head), "prompt_tokens": len(head) + len(rest)}
+    out["system_ratio_json_over_compact"] = out["json"]["system_tokens"] / out["compact"]["system_tokens"]
+    return out
+
+
 SIDES = {
+    "tool_tokens": side_tool_tokens,
     "eval": side_eval,
     "equiv": side_equiv,
     "grpo": side_grpo,
@@ -313,7 +334,7 @@ def main() -> None:
     p.add_argument("--preset", choices=sorted(PRESETS), default="issue")
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--tiny", action="store_true", help="a tiny random model (smoke test of the script)")
-    p.add_argument("--figures", default="1,2,3,4,5", help="comma-separated figure numbers to run")
+    p.add_argument("--figures", default="1,2,3,4,5,6", help="comma-separated figure numbers to run")
     p.add_argument("--skip-trl", action="store_true")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per side")
     p.add_argument("--threads", type=int, default=2)
@@ -430,6 +451,9 @@ def main() -> None:
             if k.startswith("trace") and trl_s and v.get("s_per_step"):
                 v["over_trl"] = v["s_per_step"] / trl_s
         report["long_prompt_vs_trl"] = sides
+    if 6 in figures:
+        print("6. tool rendering: prompt tokens, json vs compact", flush=True)
+        report["tool_rendering"] = run_side("tool_tokens", 600, model=a.model)
     report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     print(json.dumps(report, indent=2))
     Path(a.json_out).parent.mkdir(parents=True, exist_ok=True)
