@@ -11,6 +11,11 @@ import time
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
+# The server commands' own entry points: ``trace <command>`` imports every part of the CLI (some import torch and
+# transformers at import time), which costs seconds per server start; test_interop_cli checks the registration.
+ENTRY = {"env-serve": "trace_gym.interop.commands", "serve": "trace_train.serve.commands"}
+
+
 class ServerProcess:
     """``trace <args>`` in a subprocess; the first stdout line names the address (``... on http://h:p``)."""
 
@@ -22,7 +27,7 @@ class ServerProcess:
             "TOKENIZERS_PARALLELISM": "false",
         }
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trace_gym.cli", *args],
+            [sys.executable, "-m", ENTRY[args[0]], *args],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -30,17 +35,18 @@ class ServerProcess:
             env=env,
         )
         deadline = time.monotonic() + startup_timeout
-        line = ""
+        line, output = "", []
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
-            if " on http://" in line or self.proc.poll() is not None:
+            output.append(line)
+            if " on http://" in line or (not line and self.proc.poll() is not None):
                 break
         if " on http://" not in line:
             if self.proc.poll() is None:
                 self.proc.kill()
             error = self.proc.stderr.read()[-2000:]
             self.stop()
-            raise RuntimeError(f"server did not start: {line!r} {error}")
+            raise RuntimeError(f"server did not start: {''.join(output)!r} {error}")
         self.url = line.strip().rsplit(" on ", 1)[1]
 
     def stop(self) -> None:

@@ -54,3 +54,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--make-kwargs", default="{}", help="JSON kwargs of gym.make, e.g. '{\"difficulty\": 2}'"
     )
     serve.set_defaults(func=cmd_env_serve)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trace_gym.interop.commands env-serve ...``: this command alone, without importing the rest of the CLI."""
+    parser = argparse.ArgumentParser(prog="trace")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -51,3 +51,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--batch-window", type=float, default=0.005, help="seconds to wait for a batch to fill"
     )
     serve.set_defaults(func=cmd_serve)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trace_train.serve.commands serve ...``: this command alone, without importing the rest of the CLI."""
+    parser = argparse.ArgumentParser(prog="trace")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
