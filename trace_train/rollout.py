@@ -220,7 +220,12 @@ def collect(
 
 
 def _engine_generator(policy: HFPolicy, sampling: SamplingConfig, engine: str) -> Generator:
-    if engine == "simple":
+    """The policy's own ``generate_with_logprobs`` for ``simple`` and for policies that override it (they
+    customise decoding, e.g. a router that forces an adapter per episode); else the cached engine."""
+    custom = type(policy).generate_with_logprobs is not HFPolicy.generate_with_logprobs
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINES)}")
+    if engine == "simple" or custom:
         return lambda prompts, _idx, _turn: policy.generate_with_logprobs(prompts, sampling)
     if engine == "cached":
         from trace_train.engine import engine_for

@@ -148,3 +148,17 @@ def test_identical_prompts_of_a_group_sample_independently():
 def test_bad_engine_name_is_refused():
     with pytest.raises(ValueError, match="unknown engine"):
         _run(_policy(), "fast", [1], GREEDY)
+
+
+def test_a_policy_that_customises_decoding_is_honoured():
+    """A subclass overriding generate_with_logprobs (e.g. a router forcing an adapter) is not bypassed."""
+    calls = []
+
+    class Custom(HFPolicy):
+        def generate_with_logprobs(self, prompts, sampling, logprobs=True):
+            calls.append(len(prompts))
+            return super().generate_with_logprobs(prompts, sampling, logprobs)
+
+    model, tok = build_tiny_model(seed=3)
+    trajs = _run(Custom(model, tok), "cached", [1, 2], GREEDY, max_turns=1)
+    assert calls == [2] and all(t.turns == 1 for t in trajs)
