@@ -67,7 +67,9 @@ CONFIRM = re.compile(
     r"|\b(?:does|do) (?:this|that|these|those|everything) (?:look|sound|seem)\b"
     r"|\bdo you (?:agree|approve|accept|authori[sz]e|want me)\b|\b(?:would|do) you like me to\b|\bwant me to\b"
     r"|\bsound good\b|\byes ?/ ?no\b|\byes or no\b|\bare you sure\b|\bauthori[sz]\w*|\bgo-ahead\b"
-    r"|\bgreen light\b|\bhappy (?:for me )?to\b|\bshall i\b|\bright\?",
+    r"|\bgreen light\b|\bhappy (?:for me )?to\b|\bshall i\b|\bright\?"
+    r"|\b(?:everything|all|this|that|these)(?: all)? (?:ok|okay|correct|right|good|fine|accurate)\?|\bcorrect\?"
+    r"|\bok(?:ay)?\?|\bagreed\?|\bdeal\?",
     re.IGNORECASE,
 )
 MORE = re.compile(
@@ -105,8 +107,8 @@ OBSTACLE_FACTS = {"fallback": "unavailable", "other_payment": "balance", "order_
 VERBS = {
     "cancel_pending_order": r"cancel",
     "modify_pending_order_address": r"address|ship|deliver",
-    "modify_pending_order_items": r"modif|chang|exchang|swap|replac|switch|upgrad|updat",
-    "exchange_delivered_order_items": r"exchang|swap|replac|switch|chang",
+    "modify_pending_order_items": r"modif|chang|exchang|swap|replac|switch|upgrad|updat|->|→|\binstead\b",
+    "exchange_delivered_order_items": r"exchang|swap|replac|switch|chang|->|→|\binstead\b",
     "return_delivered_order_items": r"return|send (?:it |them )?back",
 }
 REASON_WORDS = {
