@@ -246,3 +246,24 @@ def test_a_fallback_names_exactly_one_available_variant(env):
             ]
             assert fits == [new], (seed, fallback)
     assert cases >= 10
+
+
+SLOT_WORDINGS = {
+    "order_id": ["Do you have the order ID handy?", "Can you tell me which purchase this is about?"],
+    "reason": ["Is there a particular reason you'd like to cancel it?", "What made you change your mind?"],
+    "address": ["Where would you like it delivered?", "Where should the order be shipped to now?"],
+    "payment": [
+        "Which card should I charge?",
+        "How would you like to be refunded?",
+        "Where should the refund go?",
+    ],
+}
+
+
+def test_user_answers_slot_questions_in_many_wordings(env):
+    for fact, wordings in SLOT_WORDINGS.items():
+        for wording in wordings:
+            find_seed(env, lambda t, f=fact: any(x.name == f for x in t.requests[0].facts))
+            login(env)
+            value = next(x.value for x in env.task.requests[0].facts if x.name == fact)
+            assert value in say(env, wording), (fact, wording)
