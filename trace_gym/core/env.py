@@ -114,6 +114,8 @@ class ChatToolEnv(gym.Env[list, Any]):
     # Off here so that existing envs keep their instances (golden hashes); new envs should turn it on.
     content_split: ClassVar[bool] = False
     test_share: ClassVar[float] = TEST_SHARE
+    # Capabilities oracle_actions(without=...) can remove (none by default; see trace/retail-v1).
+    ablatable_capabilities: ClassVar[tuple[str, ...]] = ()
     difficulty_levels: ClassVar[tuple[int, ...]] = (1,)
     default_difficulty: ClassVar[int] = 1
 
@@ -165,7 +167,10 @@ class ChatToolEnv(gym.Env[list, Any]):
 
     @abstractmethod
     def oracle_actions(self) -> list[dict[str, Any]]:
-        """A reference solution of the current instance; replayed from reset it scores 1.0."""
+        """A reference solution of the current instance; replayed from reset it scores 1.0.
+
+        Envs listed in :attr:`ablatable_capabilities` also take ``without="<capability>"``: the scripted
+        agent "oracle with exactly that capability removed" (step 1 checks that its labels move on it)."""
 
     # ---- gymnasium API --------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

@@ -143,7 +143,12 @@ class RetailEnv(ChatToolEnv):
         assert isinstance(self.episode.user, RetailUser)
         return evaluate(self.task, self.world.state, self.calls, self.episode.user)
 
-    def oracle_actions(self) -> list[dict[str, Any]]:
+    def oracle_actions(self, without: str | None = None) -> list[dict[str, Any]]:
+        if without is not None:
+            raise ValueError(
+                f"trace/retail-v0 removes no capability (asked: {without!r}); trace/retail-v1 supports "
+                "precondition-checking, policy-adherence, information-gathering, multi-step-completion"
+            )
         if self.task is None:
             raise RuntimeError("call reset() before oracle_actions()")
         return [dict(action) for action in self.task.oracle]
