@@ -78,6 +78,11 @@ def test_unknown_ablation_names_the_supported_ones(env):
         env.oracle_actions(without="telepathy")
     assert set(env.ablatable_capabilities) <= set(CAPABILITIES)
     assert env.oracle_actions(without=None) == env.oracle_actions()
+    v0 = gym.make("trace/retail-v0").unwrapped
+    v0.reset(seed=0)
+    assert v0.ablatable_capabilities == ()
+    with pytest.raises(ValueError, match="retail-v1 supports"):
+        v0.oracle_actions(without="policy-adherence")
 
 
 @pytest.mark.parametrize("capability", RetailEnvV1.ablatable_capabilities)
