@@ -208,6 +208,7 @@ class DemoArgs:
     seed: int = 0
     num_threads: int = 2  # fixed so that a run reproduces on one machine (reduction order)
     grpo_seeds: int = 1  # GRPO runs from the one SFT base (seeds seed..seed+n-1); > 1 reports the spread
+    sft_model: str | None = None  # reuse an earlier warm start (a merged model dir, e.g. <out>/sft/merged)
 
     def __post_init__(self) -> None:
         _check_positive(self, "sft_episodes", "eval_every", "eval_episodes", "groups_per_step", "grpo_seeds")

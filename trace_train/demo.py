@@ -33,7 +33,6 @@ SFT_SEED_OFFSET = 500_000
 
 def run_demo(args: DemoArgs, console: Console | None = None) -> dict[str, Any]:
     from trace_train.grpo.trainer import set_reproducible
-    from trace_train.sft import run_sft
 
     console = console or Console()
     _check_env_available(args.env_id)
@@ -49,25 +48,16 @@ def run_demo(args: DemoArgs, console: Console | None = None) -> dict[str, Any]:
         with log_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(fields) + "\n")
 
-    console.rule(f"1/3 SFT warm start: {args.model} on {args.sft_episodes} oracle episodes of {args.env_id}")
-    sft = run_sft(
-        SFTArgs(
-            env_id=args.env_id,
-            model=args.model,
-            out=str(out / "sft"),
-            episodes=args.sft_episodes,
-            epochs=1,
-            lr=2e-4,
-            batch_size=16,
-            merge=True,
-            dtype=args.dtype,
-            max_turns=max(args.max_turns, 8),
-            seed=args.seed,
-            seed_offset=SFT_SEED_OFFSET,
-        )
-    )
-    record(phase="sft", **{k: v for k, v in sft.items() if k != "adapter"})
-    console.print(f"SFT loss {sft['first_loss']:.3f} -> {sft['final_loss']:.3f}; base agent: {sft['merged']}")
+    if args.sft_model:  # an earlier run's warm start (e.g. <out>/sft/merged): skip step 1
+        if not (Path(args.sft_model) / "config.json").exists():
+            raise FileNotFoundError(
+                f"--sft-model {args.sft_model!r} is not a model directory (no config.json)"
+            )
+        sft = {"merged": args.sft_model}
+        record(phase="sft", reused=args.sft_model)
+        console.print(f"base agent: {args.sft_model} (SFT warm start reused)")
+    else:
+        sft = _warm_start(args, out, record, console)
 
     runs = []
     for r in range(args.grpo_seeds):
@@ -106,6 +96,32 @@ def run_demo(args: DemoArgs, console: Console | None = None) -> dict[str, Any]:
         )
     console.print(f"{summary['minutes']} min; details in {out}")
     return summary
+
+
+def _warm_start(args: DemoArgs, out: Path, record, console: Console) -> dict[str, Any]:
+    """Step 1: SFT on train-split oracle trajectories (task indices from SFT_SEED_OFFSET), merged."""
+    from trace_train.sft import run_sft
+
+    console.rule(f"1/3 SFT warm start: {args.model} on {args.sft_episodes} oracle episodes of {args.env_id}")
+    sft = run_sft(
+        SFTArgs(
+            env_id=args.env_id,
+            model=args.model,
+            out=str(out / "sft"),
+            episodes=args.sft_episodes,
+            epochs=1,
+            lr=2e-4,
+            batch_size=16,
+            merge=True,
+            dtype=args.dtype,
+            max_turns=max(args.max_turns, 8),
+            seed=args.seed,
+            seed_offset=SFT_SEED_OFFSET,
+        )
+    )
+    record(phase="sft", **{k: v for k, v in sft.items() if k != "adapter"})
+    console.print(f"SFT loss {sft['first_loss']:.3f} -> {sft['final_loss']:.3f}; base agent: {sft['merged']}")
+    return sft
 
 
 def _grpo_run(
