@@ -12,10 +12,11 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from tests.interop.ids import RETAIL
 from tests.interop.servers import REPO, ServerProcess
 from trace_gym.interop.client import EnvServerClient, RemoteEnv, RemoteEnvError
 
-ENV_ID = "trace/retail-v0"
+ENV_ID = RETAIL
 TIMEOUT = 3.0  # session idle timeout of the small server (seconds)
 
 

@@ -7,6 +7,7 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from tests.interop.ids import CAPABILITY, RETAIL
 from trace_gym.interop.robustness import (
     DistractorTools,
     PerturbDescriptions,
@@ -15,7 +16,7 @@ from trace_gym.interop.robustness import (
     robust,
 )
 
-ENV_IDS = ["trace/retail-v0", "trace/test-library-v0"]
+ENV_IDS = [RETAIL, CAPABILITY, "trace/test-library-v0"]
 
 
 def names(tools):
@@ -63,8 +64,8 @@ def test_check_env_passes_on_wrapped_env(env_id):
 
 
 def test_renaming_is_consistent_and_hides_old_names():
-    base = gym.make("trace/retail-v0")
-    env = RenameTools(gym.make("trace/retail-v0"), seed=7)
+    base = gym.make(RETAIL)
+    env = RenameTools(gym.make(RETAIL), seed=7)
     old, new = names(base.unwrapped.tools), names(env.tools)
     assert len(set(new)) == len(new) and not set(old) & set(new)
     obs, info = env.reset(seed=0)
@@ -88,7 +89,7 @@ def test_renaming_is_consistent_and_hides_old_names():
 
 
 def test_oracle_actions_use_view_names():
-    env = RenameTools(gym.make("trace/retail-v0"), seed=2)
+    env = RenameTools(gym.make(RETAIL), seed=2)
     env.reset(seed=5)
     called = {c["function"]["name"] for a in env.oracle_actions() for c in a.get("tool_calls") or []}
     assert called and called <= set(names(env.tools))
@@ -116,16 +117,16 @@ def test_distractors_answer_neutrally_and_change_nothing():
 
 
 def test_shuffle_changes_order_per_instance_deterministically():
-    env = ShuffleTools(gym.make("trace/retail-v0"), seed=0)
+    env = ShuffleTools(gym.make(RETAIL), seed=0)
     orders = [names(env.reset(seed=s)[1]["tools"]) for s in range(5)]
     assert len({tuple(o) for o in orders}) > 1 and all(sorted(o) == sorted(orders[0]) for o in orders)
-    again = ShuffleTools(gym.make("trace/retail-v0"), seed=0)
+    again = ShuffleTools(gym.make(RETAIL), seed=0)
     assert names(again.reset(seed=3)[1]["tools"]) == orders[3]
 
 
 def test_views_are_deterministic_per_seed():
     def view(seed):
-        env = robust(gym.make("trace/retail-v0"), seed=seed)
+        env = robust(gym.make(RETAIL), seed=seed)
         obs, info = env.reset(seed=4)
         return json.dumps([obs, info["tools"]], sort_keys=True)
 
@@ -133,8 +134,8 @@ def test_views_are_deterministic_per_seed():
 
 
 def test_perturbed_descriptions_keep_names_and_schemas():
-    base = gym.make("trace/retail-v0").unwrapped.tools
-    tools = PerturbDescriptions(gym.make("trace/retail-v0"), seed=5).tools
+    base = gym.make(RETAIL).unwrapped.tools
+    tools = PerturbDescriptions(gym.make(RETAIL), seed=5).tools
     assert names(tools) == names(base)
     changed = 0
     for a, b in zip(base, tools, strict=True):

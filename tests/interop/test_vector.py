@@ -3,9 +3,10 @@
 import gymnasium as gym
 import pytest
 
+from tests.interop.ids import RETAIL
 from trace_gym.interop.vector import SharedConversations, make_vec
 
-ENV_ID = "trace_gym:trace/retail-v0"
+ENV_ID = f"trace_gym:{RETAIL}"
 
 
 def single_run(seed: int, actions: list) -> tuple[list, float]:
