@@ -175,7 +175,7 @@ def _composed_policy(
         return None, f"step 4's evaluation API is not available ({err})"
     if method == "moe":
         if not gates.get("artefact"):
-            return None, "no gate artefact (gates disabled or not trained)"
+            return None, gates.get("summary") or "no gate artefact"
         policy = compare.moe_policy(gates["artefact"], dtype=cfg.base.dtype, record_choices=True)
         policy.context = cfg.target.env_id
         return policy, ""

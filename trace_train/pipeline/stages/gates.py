@@ -50,7 +50,19 @@ def run(ctx: StageContext) -> dict[str, Any]:
     )
     started = time.time()
     ctx.log(f"gate data from {len(names)} adapter env(s), then {g.steps} gate steps")
-    last = compose(args)
+    try:
+        last = compose(args)
+    except RuntimeError as err:
+        if "no adapter produced a successful episode" not in str(err):
+            raise
+        # nothing to learn routing from: the run goes on without the MoE, and the report says why
+        ctx.log(f"gates not trained: {err}")
+        return {
+            "artefact": None,
+            "data_rollouts": len(names) * (g.episodes_per_env + g.base_episodes_per_env),
+            "wall_s": round(time.time() - started, 1),
+            "summary": f"gates not trained: {err}",
+        }
     return {
         "artefact": str(ctx.dir),
         "names": names,
