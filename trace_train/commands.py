@@ -77,7 +77,7 @@ def cmd_sft(ns: argparse.Namespace) -> int:
 
     try:
         summary = run_sft(_build(SFTArgs, ns))
-    except (FileNotFoundError, RuntimeError, ValueError) as e:  # ValueError: bad flags, seeds past the train split
+    except (FileNotFoundError, RuntimeError, ValueError) as e:  # ValueError: bad flags, test seeds
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(json.dumps(summary, indent=2))
@@ -96,18 +96,22 @@ def cmd_evaluate(ns: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = ns.out or f"runs/eval/{ns.env_id.replace('/', '_').replace(':', '_')}-{ns.split}.jsonl"
-    result = evaluate(
-        policy,
-        ns.env_id,
-        episodes=ns.episodes,
-        split=ns.split,
-        sampling=sampling,
-        max_turns=ns.max_turns,
-        batch_size=ns.batch_size,
-        seed_offset=ns.seed_offset,
-        difficulty=ns.difficulty,
-        out_jsonl=out,
-    )
+    try:
+        result = evaluate(
+            policy,
+            ns.env_id,
+            episodes=ns.episodes,
+            split=ns.split,
+            sampling=sampling,
+            max_turns=ns.max_turns,
+            batch_size=ns.batch_size,
+            seed_offset=ns.seed_offset,
+            difficulty=ns.difficulty,
+            out_jsonl=out,
+        )
+    except ValueError as e:  # bad flag values, seeds outside the split
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(result.line())
     print(f"trajectories written to {out}")
     print(f"peak RSS {peak_rss_mb():.0f} MB")

@@ -91,6 +91,17 @@ def evaluate(
     out_jsonl: str | Path | None = None,
 ) -> EvalResult:
     """Greedy by default; seeds are ``reset_seed(split, seed_offset + i)`` so test seeds never overlap training."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    for name, value, low in (
+        ("episodes", episodes, 1),
+        ("batch_size", batch_size, 1),
+        ("max_turns", max_turns, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be an integer >= {low}, got {value!r}")
+    if isinstance(seed_offset, bool) or not isinstance(seed_offset, int) or seed_offset < 0:
+        raise ValueError(f"--seed-offset must be an integer >= 0, got {seed_offset!r}")
     sampling = sampling or SamplingConfig(temperature=0.0, max_new_tokens=256)
     # one env per batch slot, made once and reset for every episode; the first also tells the seed convention
     envs = [make_env(env_id) for _ in range(max(1, min(batch_size, episodes)))]

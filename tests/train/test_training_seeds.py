@@ -82,7 +82,7 @@ def test_train_refuses_runs_that_would_reach_test_seeds(tiny_model_dir, tmp_path
     argv = ["train", "traintest/echo-v0", "--model", str(tiny_model_dir), "--out", str(tmp_path / "grpo")]
     argv += ["--groups-per-step", "2", "--group-size", "2", "--max-new-tokens", "2", "--no-tensorboard"]
     argv += ["--no-progress"]
-    assert main([*argv, "--steps", str(TEST_SEED_BASE // 2)]) == 2  # 2 groups x 5e8 steps reach 1e9
+    assert main([*argv, "--steps", str(TEST_SEED_BASE // 2 + 1)]) == 2  # 2 groups x (5e8 + 1) steps pass 1e9
     assert "would reach its evaluation seeds" in capsys.readouterr().err
     assert not reset_seeds  # refused before any rollout
     assert main([*argv, "--steps", "1"]) == 0
@@ -104,5 +104,23 @@ def test_train_refuses_runs_that_would_reach_test_seeds(tiny_model_dir, tmp_path
 )
 def test_train_bad_flags_are_clear_errors(flag, value, message, capsys):
     assert main(["train", "traintest/echo-v0", flag, value]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [("--episodes", "0", "--episodes must be"), ("--batch-size", "0", "--batch-size must be")],
+)
+def test_evaluate_bad_flags_are_clear_errors(tiny_model_dir, tmp_path, flag, value, message, capsys):
+    argv = [
+        "evaluate",
+        "traintest/echo-v0",
+        "--model",
+        str(tiny_model_dir),
+        "--out",
+        str(tmp_path / "e.jsonl"),
+    ]
+    assert main([*argv, flag, value]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
