@@ -6,7 +6,7 @@ import pytest
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_checker import check_env
 
-from tests.interop.ids import CAPABILITY, RETAIL
+from tests.interop.ids import CAPABILITY, RETAIL, newest
 from trace_gym.interop.robustness import robust
 from trace_gym.interop.sb3 import CandidateActionEnv
 
@@ -105,23 +105,25 @@ def test_ppo_trains_and_predicts(tmp_path, one_thread):
 
 @pytest.mark.slow
 def test_ppo_beats_random_on_a_capability_env(one_thread):
-    """Figures in docs/interop.md and the closing note of issue 14 come from this setup."""
+    """A step-2 capability env (exact tool arguments). The figures of docs/interop.md come from this setup
+    (benchmark-style: about 12 minutes on a loaded 2-core machine)."""
     from stable_baselines3.common.env_util import make_vec_env
 
+    env_id = newest("precise-arguments")
     seeds = range(
         10_000, 10_100
     )  # evaluation seeds, never trained on (training draws seeds from its own rng)
     rng = np.random.default_rng(0)
     random_score = play(
-        CandidateActionEnv(gym.make(LIBRARY)), lambda o, e: int(rng.integers(e.action_space.n)), seeds
+        CandidateActionEnv(gym.make(env_id)), lambda o, e: int(rng.integers(e.action_space.n)), seeds
     )
-    venv = make_vec_env(lambda: CandidateActionEnv(gym.make(LIBRARY)), n_envs=8, seed=0)
+    venv = make_vec_env(lambda: CandidateActionEnv(gym.make(env_id)), n_envs=8, seed=0)
     model = PPO(
         "MlpPolicy",
         venv,
-        n_steps=128,
-        batch_size=256,
-        n_epochs=4,
+        n_steps=64,
+        batch_size=128,
+        n_epochs=10,
         gamma=0.95,
         learning_rate=1e-3,
         ent_coef=0.01,
@@ -130,9 +132,7 @@ def test_ppo_beats_random_on_a_capability_env(one_thread):
     )
     model.learn(30_000)
     ppo_score = play(
-        CandidateActionEnv(gym.make(LIBRARY)),
-        lambda o, e: int(model.predict(o, deterministic=True)[0]),
-        seeds,
+        CandidateActionEnv(gym.make(env_id)), lambda o, e: int(model.predict(o, deterministic=True)[0]), seeds
     )
-    print(f"PPO {ppo_score:.2f} vs random {random_score:.2f} on {LIBRARY} (100 held-out seeds)")
-    assert ppo_score >= random_score + 0.2 and ppo_score >= 3 * random_score
+    print(f"PPO {ppo_score:.2f} vs random {random_score:.2f} on {env_id} (100 held-out seeds)")
+    assert ppo_score >= random_score + 0.3 and ppo_score >= 3 * random_score
