@@ -151,3 +151,34 @@ def test_pipeline_entry_points(composition, compose_base, adapters, tmp_path):
     router = router_policy(str(compose_base), {"x": str(adapters[0]), "y": str(adapters[1])}, dtype="float32")
     assert isinstance(router, TaskRouterPolicy) and router.composition.slot_names == ["base", "x", "y"]
     assert router.slot_for([5, 6, 7]) in (0, 1, 2)
+
+
+def test_compose_cli_trains_and_writes_the_artefact(compose_base, adapters, tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["compose", "--model", str(compose_base), "--adapters", str(adapters[0]), str(adapters[1])]
+    argv += [
+        "--envs",
+        "traintest/chat3-v0",
+        "traintest/lookup-v0",
+        "--names",
+        "chat",
+        "look",
+        "--out",
+        str(out),
+    ]
+    argv += [
+        "--episodes-per-env",
+        "2",
+        "--base-episodes-per-env",
+        "1",
+        "--min-reward",
+        "0",
+        "--max-new-tokens",
+        "4",
+    ]
+    argv += ["--max-turns", "2", "--steps", "2", "--batch-size", "2", "--save-every", "1", "--no-tensorboard"]
+    assert main(argv) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["slots"] == ["base", "chat", "look"]
+    assert manifest["training"]["args"]["steps"] == 2 and (out / "checkpoints" / "latest").is_file()
+    assert "composition written to" in capsys.readouterr().out

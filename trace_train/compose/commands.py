@@ -65,7 +65,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     comp.add_argument(
         "--envs", nargs="+", required=True, help="the capability env of each adapter (same order)"
     )
-    _add_dataclass_flags(comp, ComposeArgs, skip={"adapters", "envs"})
+    comp.add_argument("--names", nargs="+", default=[], help="slot names (default: the env ids' names)")
+    _add_dataclass_flags(comp, ComposeArgs, skip={"adapters", "envs", "names"})
     comp.set_defaults(func=cmd_compose)
 
     cmp = subparsers.add_parser(
