@@ -106,7 +106,7 @@ def test_ppo_trains_and_predicts(tmp_path, one_thread):
 @pytest.mark.slow
 def test_ppo_beats_random_on_a_capability_env(one_thread):
     """A step-2 capability env (exact tool arguments). The figures of docs/interop.md come from this setup
-    (benchmark-style: about 12 minutes on a loaded 2-core machine)."""
+    (benchmark-style: 8 to 12 minutes on a loaded 2-core machine)."""
     from stable_baselines3.common.env_util import make_vec_env
 
     env_id = newest("precise-arguments")
