@@ -53,12 +53,13 @@ class RoutingPlan:
     per_token: bool = False  # few tokens (decode): gather each token's adapter weights instead of its rows
     _gathered: tuple[torch.Tensor, list[torch.Tensor]] | None = field(default=None, repr=False)
 
-    def gathered(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """Rows of ``x`` per group; q/k/v (and gate/up) projections share one input tensor, gathered once."""
+    def gathered(self, x: torch.Tensor, flat_x: torch.Tensor) -> list[torch.Tensor]:
+        """Rows of ``flat_x`` per group; q/k/v (and gate/up) projections receive the same input tensor ``x``,
+        which is gathered once (keyed by identity: the flattened view is a new object at every call)."""
         if self._gathered is not None and self._gathered[0] is x:
             return self._gathered[1]
         with _region("compose.gather"):
-            parts = [x if idx is None else x.index_select(0, idx) for _, idx in self.groups]
+            parts = [flat_x if idx is None else flat_x.index_select(0, idx) for _, idx in self.groups]
         self._gathered = (x, parts)
         return parts
 
@@ -160,7 +161,7 @@ class RoutedLoRALinear(nn.Module):
         if plan.per_token:
             self._per_token_update(flat_x, flat_out, plan.slots)
             return out
-        for (slot, idx), xs in zip(plan.groups, plan.gathered(flat_x), strict=True):
+        for (slot, idx), xs in zip(plan.groups, plan.gathered(x, flat_x), strict=True):
             k = slot - 1
             a, b = self.lora_A[k], self.lora_B[k]
             with _region("compose.lora_matmul"):
