@@ -112,7 +112,7 @@ def test_synthesize_outside_the_catalog_registers_only_what_passes(tmp_path):
     assert files == ["CARD.md", "__init__.py", "env.py", "spec.json", "validation.json"]
     spec = json.loads((package / "order_status_lookup" / "spec.json").read_text())
     assert spec["id"] == "trace/order-status-lookup-v0" and spec["generator"] == "llm"
-    assert spec["tools"] == ["get_order_details", "calculate"]
+    assert spec["tools"] == ["get_order_details", "get_product_details"]
 
 
 def test_synthesize_refuses_an_output_that_is_not_a_package(tmp_path):

@@ -25,7 +25,7 @@ class StatusLookupV0(ChatToolEnv):
     """Read an order and tell the user its status.
 
     Observation space: the chat so far. Action space: one assistant turn over ``get_order_details`` and
-    ``calculate``. Reward: 1.0 when the order was read and then its status (and no other) was told, else 0.0.
+    ``get_product_details``. Reward: 1.0 when the order was read and then its status (and no other) was told, else 0.0.
     Termination: the user ends the conversation once told, or after three idle messages.
     """
 
@@ -36,7 +36,7 @@ class StatusLookupV0(ChatToolEnv):
     ablatable_capabilities = ()
 
     def _make_tools(self) -> list[Tool]:
-        return [TOOLS["get_order_details"], TOOLS["calculate"]]
+        return [TOOLS["get_order_details"], TOOLS["get_product_details"]]
 
     def _new_episode(self, rng: np.random.Generator, difficulty: int) -> Episode:
         ids = IdMaker(rng)
@@ -56,7 +56,7 @@ class StatusLookupV0(ChatToolEnv):
             user=simulator,
             instance={"order_id": self.order_id, "status": status, "state": state},
             hint="Read the order before you answer.",
-            value_pool={"order_id": [self.order_id], "expression": ["1 + 1"]},
+            value_pool={"order_id": [self.order_id], "product_id": sorted(products)},
         )
 
     def _read(self) -> bool:

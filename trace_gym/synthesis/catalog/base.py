@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -35,7 +35,7 @@ from trace_gym.core.env import CallRecord, ChatToolEnv, Episode, Evaluation, Lab
 from trace_gym.targets.retail.data import STREETS, IdMaker, Sizes, make_order, make_products, make_user, money
 from trace_gym.targets.retail.policy import POLICY_V1 as POLICY  # retail-v1's wording of the same rules
 from trace_gym.targets.retail.tools import TOOLS
-from trace_gym.worlds import STOP, State, Tool, UserReply, UserSimulator, World, clone, state_hash
+from trace_gym.worlds import STOP, State, Tool, ToolError, UserReply, UserSimulator, World, clone, state_hash
 from trace_gym.worlds.user import CONFIRMATION_QUESTION
 
 CAPABILITIES = (
@@ -49,6 +49,27 @@ CAPABILITIES = (
 )
 PC, SR, MS, PA, IG, ER, PO = CAPABILITIES
 WRITE_TOOLS = frozenset(name for name, tool in TOOLS.items() if tool.kind == "write")
+
+
+def _guarded(tool: Tool) -> Tool:
+    """The same tool (name, schema, preconditions, messages) whose handler never raises anything but
+    ToolError: an unexpected exception (e.g. ``calculate`` on a lone surrogate) is answered as an error, so
+    step() never raises whatever a tool's code does with odd input."""
+    inner = tool.handler
+
+    def handler(state: State, args: dict[str, Any]) -> Any:
+        try:
+            return inner(state, args)
+        except ToolError:
+            raise
+        except (ValueError, TypeError, ArithmeticError, RecursionError, LookupError, UnicodeError) as err:
+            raise ToolError(f"{tool.name} could not process these arguments ({type(err).__name__})") from None
+
+    return replace(tool, handler=handler)
+
+
+# Built once at import (the schema checks of a Tool cost more than a reset).
+SAFE_TOOLS: dict[str, Tool] = {name: _guarded(tool) for name, tool in TOOLS.items()}
 AUTH_TOOLS = ("find_user_id_by_email", "find_user_id_by_name_zip")
 USER_DATA_TOOLS = WRITE_TOOLS | {"get_user_details", "get_order_details", "transfer_to_human_agents"}
 ORDER_ID = re.compile(r"#W\d{7}\b")
@@ -526,7 +547,7 @@ class CapabilityEnv(ChatToolEnv):
         unknown = [name for name in self.tool_names if name not in TOOLS]
         if unknown:
             raise LookupError(f"{type(self).__name__} names tools retail does not have: {unknown}")
-        return [TOOLS[name] for name in self.tool_names]
+        return [SAFE_TOOLS[name] for name in self.tool_names]
 
     def _new_episode(self, rng: np.random.Generator, difficulty: int) -> Episode:
         scenario, builder = self.build(rng, difficulty)
