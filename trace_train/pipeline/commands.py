@@ -47,6 +47,11 @@ def run_pipeline(config_path: Path, ns: argparse.Namespace) -> int:
             overrides["out"] = ns.out
         config = load_config(config_path, overrides)
         pipeline = Pipeline(stages_for(config.pipeline), config)
+        for flag, name in (("--from", ns.from_stage), ("--until", ns.until)):
+            if name is not None and name not in pipeline.stage_names():
+                raise ValueError(
+                    f"{flag} {name!r} is not a stage; stages: {', '.join(pipeline.stage_names())}"
+                )
     except (ConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
