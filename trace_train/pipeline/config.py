@@ -99,7 +99,12 @@ class SynthesisConfig:
     package: str = knob(
         "generated_envs", "plugin package the capability envs are emitted into (an importable package dir)"
     )
-    validate_seeds: int = knob(20, "seeds of the validation suite run on every emitted env", minimum=2)
+    validate_seeds: int = knob(
+        50,
+        "seeds of the validation suite run on every emitted env (50, as `trace synthesize`: the files written into "
+        "the package are then byte-identical to the committed ones)",
+        minimum=2,
+    )
 
 
 @dataclass
