@@ -230,3 +230,17 @@ def test_exchange(world):
     order = world.state["orders"]["#W0000003"]
     assert order["status"] == "exchange requested" and order["exchange_price_difference"] == 20.0
     assert order["exchange_new_items"] == ["2000000005"]
+
+
+@pytest.mark.parametrize("expression", ["1+\udc80", "\ud800", "1\x00+2"])
+def test_calculate_refuses_text_it_cannot_parse(world, expression):
+    """Lone surrogates (JSON escapes like "\\udc80") and null bytes are answered as errors, never raised."""
+    before = world.state_hash()
+    result = world.call("calculate", {"expression": expression})
+    assert result.error in ("schema", "precondition") and result.output.startswith("Error:")
+    assert world.state_hash() == before
+
+
+def test_no_tool_receives_text_that_is_not_valid_unicode(world):
+    result = world.call("find_user_id_by_email", {"email": "a\udc80@example.com"})
+    assert result.error == "schema" and "lone surrogate" in result.output

@@ -62,7 +62,7 @@ class Tool:
     def argument_errors(self, arguments: dict[str, Any]) -> list[str]:
         """Every JSON Schema violation of ``arguments``, as readable messages (empty when valid)."""
         errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
-        messages = []
+        messages = [f"{where}: not valid Unicode text (lone surrogate)" for where in _unencodable(arguments)]
         for error in errors:
             where = ".".join(str(p) for p in error.path)
             messages.append(f"{where}: {error.message}" if where else error.message)
@@ -74,3 +74,23 @@ class Tool:
             if message is not None:
                 return message
         return None
+
+
+def _unencodable(value: Any, where: str = "") -> list[str]:
+    """Paths of strings that cannot be encoded as UTF-8 (lone surrogates from JSON escapes like "\\udc80").
+
+    Tool handlers may encode, parse or hash their arguments; such text is rejected before it reaches them.
+    """
+    stack, found = [(value, where)], []
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                found.append(path or "(arguments)")
+        elif isinstance(item, dict):
+            stack.extend((v, f"{path}.{k}" if path else str(k)) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(item))
+    return sorted(found)

@@ -118,7 +118,7 @@ def calculate(state: State, args: dict[str, Any]) -> Any:
         raise ToolError("the expression is too long (at most 200 characters)")
     try:
         value = _arithmetic(ast.parse(expression.replace(",", ""), mode="eval"))
-    except SyntaxError:
+    except (SyntaxError, ValueError):  # ValueError: null bytes, text that is not valid Unicode
         raise ToolError(f"could not parse the expression {expression!r}") from None
     except ZeroDivisionError:
         raise ToolError("division by zero") from None
