@@ -68,3 +68,13 @@ def test_play_shorthand_call_and_invalid_action_feedback():
     stdin = '/call get_book {"book_id": 5}\n/quit\n'
     result = trace("play", "tests.toy_library:trace/test-library-v0", "--seed", "1", stdin=stdin)
     assert "invalid action: schema" in result.stdout and "5 is not of type 'string'" in result.stdout
+
+
+def test_building_the_cli_imports_no_model_stack():
+    """Every command module registers its flags without torch/transformers, so `trace --help` is instant."""
+    code = (
+        "import sys; from trace_gym.cli import build_parser; build_parser(); "
+        "print(sorted(m for m in ('torch', 'transformers', 'peft') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

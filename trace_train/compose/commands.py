@@ -30,7 +30,8 @@ def cmd_compose(ns: argparse.Namespace) -> int:
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:
-    from trace_train.compose.compare import CompareArgs, compare
+    from trace_train.compose.compare import compare
+    from trace_train.compose.config import CompareArgs
     from trace_train.compose.model import CompositionError
 
     values = {f.name: getattr(ns, f.name) for f in dataclasses.fields(CompareArgs)}
@@ -52,8 +53,7 @@ def cmd_compare(ns: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from trace_train.commands import _add_dataclass_flags
-    from trace_train.compose.compare import CompareArgs
-    from trace_train.compose.config import ComposeArgs
+    from trace_train.compose.config import CompareArgs, ComposeArgs
 
     comp = subparsers.add_parser(
         "compose",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import html
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,28 +23,12 @@ from trace_train.compose.baselines import (
     uniform_merged_policy,
     xlora_policy,
 )
+from trace_train.compose.config import CompareArgs
 from trace_train.evaluate import EvalResult, evaluate
 from trace_train.policies.base import SamplingConfig
+from trace_train.stats import compare_paired
 
 BASELINES = ("base", "router", "moe", "uniform", "arrow", "xlora")
-
-
-@dataclass
-class CompareArgs:
-    target: str
-    composition: str  # artefact directory written by `trace compose`
-    models: list[str] = field(default_factory=lambda: ["base", "adapters", "router", "moe"])
-    episodes: int = 200
-    split: str = "test"
-    seed_offset: int = 0
-    max_turns: int = 8
-    max_new_tokens: int = 256
-    batch_size: int = 16
-    dtype: str | None = None  # default: the artefact's
-    model: str | None = None  # override the artefact's base model path (same architecture and weights)
-    out: str = "runs/compare"
-    gate_chart: bool = True
-    capability_episodes: int = 20  # recorded MoE episodes per env (target + capability envs) for the chart
 
 
 def expand_models(models: list[str], adapter_names: list[str]) -> list[str]:
@@ -65,42 +48,7 @@ def expand_models(models: list[str], adapter_names: list[str]) -> list[str]:
 
 def paired(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> dict[str, Any]:
     """``other`` against the base on the same seeds (exact McNemar on success, paired bootstrap on reward)."""
-    try:
-        from trace_train.stats import compare_paired
-    except ImportError:  # older trace_train.stats: same tests, computed here
-        return _paired_fallback(base, other)
     return compare_paired(base, other).to_json()
-
-
-def _paired_fallback(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> dict[str, Any]:
-    import math
-
-    import numpy as np
-
-    a, b = {r["seed"]: r for r in base}, {r["seed"]: r for r in other}
-    if set(a) != set(b):
-        raise ValueError("the evaluations cover different seeds: use the same seeds")
-    seeds = sorted(a)
-    sa = [a[s]["reward"] >= 1.0 for s in seeds]
-    sb = [b[s]["reward"] >= 1.0 for s in seeds]
-    only_a = sum(x and not y for x, y in zip(sa, sb, strict=True))
-    only_b = sum(y and not x for x, y in zip(sa, sb, strict=True))
-    n = only_a + only_b
-    p = 1.0 if n == 0 else min(1.0, 2 * sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2**n)
-    d = np.array([b[s]["reward"] - a[s]["reward"] for s in seeds], dtype=float)
-    means = d[np.random.default_rng(0).integers(0, len(d), size=(10_000, len(d)))].mean(axis=1)
-    lo, hi = np.quantile(means, [0.025, 0.975])
-    return {
-        "n": len(seeds),
-        "success_a": sum(sa) / len(seeds),
-        "success_b": sum(sb) / len(seeds),
-        "only_a": only_a,
-        "only_b": only_b,
-        "mcnemar_p": p,
-        "reward_diff": float(d.mean()),
-        "reward_diff_ci": (float(lo), float(hi)),
-        "reward_p": min(1.0, 2 * min(float((means <= 0).mean()), float((means >= 0).mean()))),
-    }
 
 
 def make_policy(name: str, comp, tokenizer, manifest: dict[str, Any], args: CompareArgs):

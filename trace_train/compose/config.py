@@ -39,3 +39,23 @@ class ComposeArgs:
 
 # Settings that must match for a resume to be meaningful.
 RESUME_KEYS = ("adapters", "envs", "model", "names", "dtype", "seed", "batch_size", "base_bias")
+
+
+@dataclass
+class CompareArgs:
+    """Flags of ``trace compare`` (see ``trace_train.compose.compare``)."""
+
+    target: str
+    composition: str  # artefact directory written by `trace compose`
+    models: list[str] = field(default_factory=lambda: ["base", "adapters", "router", "moe"])
+    episodes: int = 200
+    split: str = "test"
+    seed_offset: int = 0
+    max_turns: int = 8
+    max_new_tokens: int = 256
+    batch_size: int = 16
+    dtype: str | None = None  # default: the artefact's
+    model: str | None = None  # override the artefact's base model path (same architecture and weights)
+    out: str = "runs/compare"
+    gate_chart: bool = True
+    capability_episodes: int = 20  # recorded MoE episodes per env (target + capability envs) for the chart
