@@ -69,6 +69,7 @@ def test_trainer_reports_and_corrects_a_sampler_mismatch(tiny_model_dir, tmp_pat
     m = _metrics(tmp_path / "grpo")[0]
     assert m["mismatch_abs_max"] == pytest.approx(0.2, abs=1e-3)
     assert 0.05 < m["mismatch_abs_mean"] < 0.15
+    assert m["mismatch_kl"] > 0 and m["kl"] == 0.0  # beta = 0: the policy KL metric stays 0 (no key clash)
     assert m["mismatch_residual_abs_mean"] < 1e-4  # e^0.2 is below the cap: fully corrected
     weights = torch.cat([w.flatten() for w in seen if w is not None])
     assert weights.max().item() == pytest.approx(float(torch.exp(torch.tensor(0.2))), abs=1e-3)

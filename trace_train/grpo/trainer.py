@@ -268,7 +268,8 @@ class GRPOTrainer:
         n = len(seqs)
         n_updates = a.ppo_epochs * a.num_minibatches
         gen = torch.Generator().manual_seed(a.seed * 7919 + self.state["step"])
-        sums: dict[str, float] = dict.fromkeys(("clip_fraction", "kl", *MISMATCH_KEYS), 0.0)
+        sums: dict[str, float] = dict.fromkeys(("clip_fraction", "kl"), 0.0)
+        mismatch: dict[str, float] = dict.fromkeys(MISMATCH_KEYS, 0.0)  # its own dict: both have a "kl"
         losses: list[float] = []
         grad_norms: list[float] = []
         mismatch_max = 0.0
@@ -329,7 +330,7 @@ class GRPOTrainer:
                         mismatch_tokens += int(mm.pop("tokens"))
                         mismatch_max = max(mismatch_max, mm.pop("abs_max"))
                         for key in MISMATCH_KEYS:
-                            sums[key] += mm[key]
+                            mismatch[key] += mm[key]
                     trained_tokens += n_tok
                 losses.append(mb_loss)
                 grad_norm = self._clip_and_check()
@@ -353,7 +354,7 @@ class GRPOTrainer:
             "train_seconds": seconds,
         }
         if mismatch_tokens:  # per policy token with a sampler log-prob: before and after the IS correction
-            out.update({f"mismatch_{k}": sums[k] / mismatch_tokens for k in MISMATCH_KEYS})
+            out.update({f"mismatch_{k}": mismatch[k] / mismatch_tokens for k in MISMATCH_KEYS})
             out["mismatch_abs_max"] = mismatch_max
             out["mismatch_tokens"] = mismatch_tokens
         return out
