@@ -139,7 +139,7 @@ def select(
     delta: float = DEFAULT_DELTA,
     min_runs: int | None = None,
 ) -> list[CapabilityResult]:
-    """Apply the K-of-N rule to every capability; results ranked (selected first) by mean Delta.
+    """Apply the K-of-N rule to every capability; results ranked (selected first) by mean Delta, ties by mean Cov.
 
     ``runs[name]`` holds one :class:`RunStats` per labelling run (all capabilities have the same N).
     ``min_runs`` (K) defaults to 8 of 10 scaled to N (``ceil(0.8 N)``), so one deterministic run needs 1.
@@ -157,7 +157,9 @@ def select(
     for name, stats in runs.items():
         passing = sum(1 for s in stats if s.passes(rho, delta))
         results.append(CapabilityResult(name, list(stats), passing, passing >= k))
-    results.sort(key=lambda r: (not r.selected, -r.mean_delta, r.name))
+    results.sort(
+        key=lambda r: (not r.selected, -r.mean_delta, -r.mean_cov, r.name)
+    )  # ties: more failures explained first
     for rank, result in enumerate((r for r in results if r.selected), start=1):
         result.rank = rank
     return results
