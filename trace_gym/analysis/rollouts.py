@@ -194,7 +194,7 @@ class ScriptedAgent(TextAgent):
             script = unwrapped.oracle_actions()
         else:
             known = getattr(unwrapped, "ablatable_capabilities", None)
-            if known is None:
+            if not known:  # absent, or declared empty (the env can remove nothing)
                 raise RolloutError(
                     f"{unwrapped.spec.id if unwrapped.spec else type(unwrapped).__name__} cannot remove a "
                     "capability from its oracle (no ablatable_capabilities / oracle_actions(without=...)); "
