@@ -103,7 +103,7 @@ def side_eval(engine: str, dtype: str, episodes: int, turns: int, tokens: int, m
     t0, c0 = time.perf_counter(), time.process_time()
     res = evaluate(
         policy,
-        "trace/retail-v0",
+        "trace/retail-v1",
         episodes=episodes,
         split="test",
         sampling=sampling,
@@ -138,7 +138,7 @@ def side_equiv(dtype: str, episodes: int, turns: int, tokens: int, model: str) -
     from trace_train.rollout import ResetSpec, collect
 
     policy = HFPolicy.from_pretrained(model, dtype=dtype)
-    envs = [make_env("trace/retail-v0") for _ in range(episodes)]
+    envs = [make_env("trace/retail-v1") for _ in range(episodes)]
     specs = [
         ResetSpec(seed=reset_seed("test", i, envs[0]), group=i, split="test", difficulty=2)
         for i in range(episodes)
@@ -164,7 +164,7 @@ def side_grpo(engine: str, seeds: int, group: int, turns: int, tokens: int, mode
     from trace_train.grpo.trainer import GRPOArgs, GRPOTrainer
 
     args = GRPOArgs(
-        env_id="trace/retail-v0",
+        env_id="trace/retail-v1",
         model=model,
         out=tempfile.mkdtemp(prefix=f"bench-grpo-{engine}-"),
         steps=1,
@@ -199,7 +199,7 @@ def side_sft(engine: str, episodes: int, model: str, dtype: str) -> dict[str, An
     from trace_train.sft import run_sft
 
     args = SFTArgs(
-        env_id="trace/retail-v0",
+        env_id="trace/retail-v1",
         model=model,
         out=tempfile.mkdtemp(prefix=f"bench-sft-{engine}-"),
         episodes=episodes,
@@ -281,7 +281,7 @@ def side_tool_tokens(model: str) -> dict[str, Any]:
     from trace_train.policies.hf import HFPolicy
 
     base, tok = load_model(model)
-    env = make_env("trace/retail-v0")
+    env = make_env("trace/retail-v1")
     obs, info = env.reset(seed=reset_seed("test", 0, env), options={"split": "test", "difficulty": 2})
     out = {}
     for fmt in ("json", "compact"):

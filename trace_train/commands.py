@@ -137,7 +137,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train = subparsers.add_parser(
         "train", help="seed-grouped GRPO: train a LoRA adapter on any chat/text Gymnasium env"
     )
-    train.add_argument("env_id", help="Gymnasium id, e.g. trace/retail-v0 or module:ns/name-v0")
+    train.add_argument("env_id", help="Gymnasium id, e.g. trace/retail-v1 or module:ns/name-v0")
     _add_dataclass_flags(train, GRPOArgs, skip={"env_id"})
     train.set_defaults(func=cmd_train)
 

@@ -91,7 +91,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ro = subparsers.add_parser(
         "rollout", help="step 1: base-agent trajectories on a target's train split (JSONL)"
     )
-    ro.add_argument("env_id", help="Gymnasium id, e.g. trace/retail-v0")
+    ro.add_argument("env_id", help="Gymnasium id, e.g. trace/retail-v1")
     ro.add_argument(
         "--model",
         required=True,
