@@ -1,10 +1,12 @@
-"""The ``trace`` command line: environment commands here, training commands from ``trace_train.commands``.
+"""The ``trace`` command line: environment commands here, the rest from the modules in ``COMMAND_MODULES``.
 
-trace envs                              table of registered trace envs
-trace check ENV_ID [--seeds N]          validation suite; exit status 1 when a check fails
-trace play ENV_ID --seed S              play the agent's side of an episode in the terminal
-trace train / sft / evaluate ...        see ``trace_train.commands`` (docs/training.md)
-"""
+trace envs | check | play              registered envs, the validation suite, playing the agent's side
+trace rollout | analyze                step 1 (trace_gym.analysis.commands, docs/analysis.md)
+trace synthesize | isolation | calibrate  step 2 (trace_gym.synthesis.commands, docs/synthesis.md)
+trace train | sft | evaluate           step 3 and evaluation (trace_train.commands, docs/training.md)
+trace compose | compare                step 4 (trace_train.compose.commands, docs/composition.md)
+trace run | demo                       the whole loop (trace_train.pipeline.commands, docs/pipeline.md)
+trace env-serve | serve | export       interoperability (docs/interop.md)"""
 
 from __future__ import annotations
 
