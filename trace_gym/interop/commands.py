@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import signal
 import sys
 
 
 def cmd_env_serve(args: argparse.Namespace) -> int:
     import trace_gym  # noqa: F401 - registers built-ins and plugins
-    from trace_gym.interop.server import EnvServer
+    from trace_gym.interop.server import EnvServer, serve_until_stopped
     from trace_gym.registration import resolve_env_id
 
     env_id = resolve_env_id(args.env_id)
@@ -29,11 +27,7 @@ def cmd_env_serve(args: argparse.Namespace) -> int:
         max_sessions=args.max_sessions,
         session_timeout=args.session_timeout,
     )
-    # The first line says where to connect (with --port 0 the OS picks the port), for scripts and tests.
-    print(f"serving {env_id} on {server.address}", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with contextlib.suppress(KeyboardInterrupt, SystemExit):
-        server.serve_forever()
+    serve_until_stopped(server, f"serving {env_id} on {server.address}")
     return 0
 
 

@@ -30,7 +30,10 @@ standard library has no server for it, and a keep-alive HTTP connection gives th
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import sys
 import threading
 import time
 import uuid
@@ -311,6 +314,18 @@ class EnvServer:
             "session_timeout_s": self.pool.timeout,
             "max_sessions": self.pool.max_sessions,
         }
+
+
+def serve_until_stopped(server: Any, banner: str) -> None:
+    """Run a CLI server (``trace env-serve``, ``trace serve``) until Ctrl-C or SIGTERM.
+
+    ``banner`` is printed first, flushed: it says where to connect (with ``--port 0`` the OS picks the port),
+    for scripts and tests that wait for it.
+    """
+    print(banner, flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with contextlib.suppress(KeyboardInterrupt, SystemExit):
+        server.serve_forever()
 
 
 def _raise(err: Exception) -> Any:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import signal
 import sys
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from trace_gym.interop.server import serve_until_stopped
     from trace_train.serve.loader import load_policy
     from trace_train.serve.server import PolicyServer
 
@@ -21,11 +20,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_batch=args.max_batch,
         batch_window=args.batch_window,
     )
-    # The first line says where to connect (with --port 0 the OS picks the port), for scripts and tests.
-    print(f"serving {server.model_name} on {server.address}/v1", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with contextlib.suppress(KeyboardInterrupt, SystemExit):
-        server.serve_forever()
+    serve_until_stopped(server, f"serving {server.model_name} on {server.address}/v1")
     return 0
 
 
