@@ -41,7 +41,8 @@ class EngineStats:
     compactions: int = 0
 
 
-def _common_prefix(seqs: list[list[int]]) -> int:
+def common_prefix_length(seqs: list[list[int]]) -> int:
+    """Length of the longest prefix that every token sequence shares."""
     n = min(len(s) for s in seqs)
     first = seqs[0]
     for j in range(n):
@@ -133,7 +134,7 @@ class CachedEngine:
         key = _fingerprint(self.model)
         if key != self._prefix_key:
             self.clear()
-        keep = _common_prefix([self._prefix_ids, prefix]) if self._prefix_ids else 0
+        keep = common_prefix_length([self._prefix_ids, prefix]) if self._prefix_ids else 0
         cache = RaggedCache(self.num_layers, capacity=max(len(prefix), 1))
         if keep:
             kept = [(k[:, :, :keep], v[:, :, :keep]) for k, v in self._prefix_kv]
@@ -248,7 +249,7 @@ class Session:
     def _start(self, prompts: list[list[int]], active: list[int]) -> None:
         eng = self.engine
         # the shared part, but at least one token of each prompt stays per row (its logits start decoding)
-        n = min(_common_prefix(prompts), min(len(p) for p in prompts) - 1)
+        n = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
         prefix = prompts[0][: max(n, 0)]
         cache = RaggedCache(eng.num_layers, capacity=len(prefix) + 512)
         if prefix:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from trace_train.engine.cached import common_prefix_length
 from trace_train.engine.sampling import target_logprobs
 from trace_train.policies.base import SamplingConfig
 
@@ -86,16 +87,6 @@ def _padded_logprobs(model, ids, attn, pmask, sampling: SamplingConfig):
     b, k, v = logits.shape
     logp = target_logprobs(logits.reshape(b * k, v), tgt.reshape(-1), sampling).view(b, k)
     return logp, tmask[:, first:]
-
-
-def common_prefix_length(seqs: list[list[int]]) -> int:
-    n = min(len(s) for s in seqs)
-    first = seqs[0]
-    for j in range(n):
-        t = first[j]
-        if any(s[j] != t for s in seqs):
-            return j
-    return n
 
 
 def _decoder_and_head(model: torch.nn.Module):
