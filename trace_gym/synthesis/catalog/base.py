@@ -34,6 +34,7 @@ import numpy as np
 from trace_gym.core.env import CallRecord, ChatToolEnv, Episode, Evaluation, Label
 from trace_gym.targets.retail.data import STREETS, IdMaker, Sizes, make_order, make_products, make_user, money
 from trace_gym.targets.retail.policy import POLICY_V1 as POLICY  # retail-v1's wording of the same rules
+from trace_gym.targets.retail.tasks import Write  # the target's expected-write record, shared
 from trace_gym.targets.retail.tools import TOOLS
 from trace_gym.worlds import STOP, State, Tool, ToolError, UserReply, UserSimulator, World, clone, state_hash
 from trace_gym.worlds.user import CONFIRMATION_QUESTION
@@ -145,15 +146,6 @@ class Tell:
             return False
         others = [w for w in self.exclusive if re.search(rf"\b{w}\b", text, re.IGNORECASE)]
         return len(others) <= 2  # the true status and the one needed; naming them all is not telling one
-
-
-@dataclass(frozen=True)
-class Write:
-    """An expected write; ``depends`` names user facts that must have been told before it."""
-
-    tool: str
-    args: dict[str, Any]
-    depends: tuple[str, ...] = ()
 
 
 @dataclass
