@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -71,6 +71,11 @@ class RetailEnv(ChatToolEnv):
     superseded_by: str | None = "trace/retail-v1"
     difficulty_levels = (1, 2, 3)
     default_difficulty = 2
+    # What a version changes: the generator, the policy and hint texts, the scripted user, the verifier.
+    version: ClassVar[int] = 0
+    policy_text: ClassVar[str] = POLICY
+    hint_text: ClassVar[str] = HINT
+    verify: ClassVar[Callable[..., Evaluation]] = staticmethod(evaluate)
 
     def __init__(
         self,
@@ -110,7 +115,7 @@ class RetailEnv(ChatToolEnv):
         return list(TOOLS.values())
 
     def _new_episode(self, rng: np.random.Generator, difficulty: int) -> Episode:
-        task = generate_task(rng, difficulty)
+        task = generate_task(rng, difficulty, version=self.version)
         self.task = task
         user: RetailUser
         if self.user_client is not None:
@@ -124,15 +129,18 @@ class RetailEnv(ChatToolEnv):
                 **self.user_options,
             )
         else:
-            user = RetailUser(task, state=self._live_state, clock=lambda: self.turn)
+            user = self._scripted_user(task)
         return Episode(
-            system_prompt=POLICY,
+            system_prompt=self.policy_text,
             state=task.initial_state,
             user=user,
             instance={"difficulty": difficulty, "state": task.initial_state, "task": task.describe()},
-            hint=HINT,
+            hint=self.hint_text,
             value_pool=value_pool(task),
         )
+
+    def _scripted_user(self, task: Task) -> RetailUser:
+        return RetailUser(task, state=self._live_state, clock=lambda: self.turn)
 
     def _live_state(self) -> State:
         assert self.world is not None
@@ -141,7 +149,7 @@ class RetailEnv(ChatToolEnv):
     def _evaluate(self) -> Evaluation:
         assert self.task is not None and self.world is not None and self.episode is not None
         assert isinstance(self.episode.user, RetailUser)
-        return evaluate(self.task, self.world.state, self.calls, self.episode.user)
+        return self.verify(self.task, self.world.state, self.calls, self.episode.user)
 
     def oracle_actions(self, without: str | None = None) -> list[dict[str, Any]]:
         if without is not None:

@@ -19,15 +19,13 @@ Spaces, rewards, termination and difficulty are those of :class:`~trace_gym.targ
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
-import numpy as np
-
-from trace_gym.core.env import Episode, Evaluation
-from trace_gym.targets.retail.env import RetailEnv, value_pool
-from trace_gym.targets.retail.llm_user import RetailLLMUser
+from trace_gym.core.env import Evaluation
+from trace_gym.targets.retail.env import RetailEnv
 from trace_gym.targets.retail.policy import HINT_V1, POLICY_V1
-from trace_gym.targets.retail.tasks import Task, generate_task
+from trace_gym.targets.retail.tasks import Task
 from trace_gym.targets.retail.user import RetailUser
 from trace_gym.targets.retail.user_v1 import RetailUserV1
 from trace_gym.targets.retail.verifier_v1 import evaluate
@@ -55,37 +53,12 @@ class RetailEnvV1(RetailEnv):
     ablatable_capabilities: ClassVar[tuple[str, ...]] = tuple(ABLATIONS)
     content_split: ClassVar[bool] = True
 
-    def _new_episode(self, rng: np.random.Generator, difficulty: int) -> Episode:
-        task = generate_task(rng, difficulty, version=self.version)
-        self.task = task
-        user: RetailUser
-        if self.user_client is not None:
-            assert self.user_model is not None
-            user = RetailLLMUser(
-                task,
-                state=self._live_state,
-                clock=lambda: self.turn,
-                model=self.user_model,
-                client=self.user_client,
-                **self.user_options,
-            )
-        else:
-            user = RetailUserV1(
-                task, state=self._live_state, clock=lambda: self.turn, calls=lambda: self.calls
-            )
-        return Episode(
-            system_prompt=POLICY_V1,
-            state=task.initial_state,
-            user=user,
-            instance={"difficulty": difficulty, "state": task.initial_state, "task": task.describe()},
-            hint=HINT_V1,
-            value_pool=value_pool(task),
-        )
+    policy_text: ClassVar[str] = POLICY_V1
+    hint_text: ClassVar[str] = HINT_V1
+    verify: ClassVar[Callable[..., Evaluation]] = staticmethod(evaluate)
 
-    def _evaluate(self) -> Evaluation:
-        assert self.task is not None and self.world is not None and self.episode is not None
-        assert isinstance(self.episode.user, RetailUser)
-        return evaluate(self.task, self.world.state, self.calls, self.episode.user)
+    def _scripted_user(self, task: Task) -> RetailUser:
+        return RetailUserV1(task, state=self._live_state, clock=lambda: self.turn, calls=lambda: self.calls)
 
     def task_key(self) -> str:
         """What makes two instances the same task: the requests (kind, variant, obstacle, push, transfer), the
