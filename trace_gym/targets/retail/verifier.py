@@ -18,7 +18,7 @@ Reward is 1.0 only when all four components are 1.0:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from trace_gym.core.env import CallRecord, Evaluation, Label
@@ -47,10 +47,33 @@ def _said_before(user: RetailUser, value: str, turn: int) -> bool:
     return any(value.strip().lower() in text.lower() for t, text in user.said if t < turn)
 
 
+# Consumes the confirmation that covers a successful write: the confirmations left, or None when none covers it.
+ConfirmationRule = Callable[[list[tuple[Any, ...]], CallRecord], "list[tuple[Any, ...]] | None"]
+
+
+def _one_yes_per_write(
+    confirmations: list[tuple[Any, ...]], call: CallRecord
+) -> list[tuple[Any, ...]] | None:
+    """v0: any earlier yes on the order covers the write; each yes covers one write."""
+    order_id = call.arguments.get("order_id")
+    index = next((i for i, c in enumerate(confirmations) if c[1] == order_id and c[0] < call.turn), None)
+    return None if index is None else confirmations[:index] + confirmations[index + 1 :]
+
+
 def violations(task: Task, calls: Sequence[CallRecord], user: RetailUser) -> list[str]:
+    return check_violations(task, calls, user, list(user.confirmations), _one_yes_per_write)
+
+
+def check_violations(
+    task: Task,
+    calls: Sequence[CallRecord],
+    user: RetailUser,
+    confirmations: list[tuple[Any, ...]],
+    confirmed: ConfirmationRule,
+) -> list[str]:
+    """Policy violations of a trajectory; ``confirmed`` is the version's rule for which yes covers a write."""
     found: list[str] = []
     authenticated = False
-    confirmations = list(user.confirmations)
     writes_by_order = {w.args["order_id"]: w for r in task.requests for w in r.writes}
     for call in calls:
         if not attempted(call):
@@ -79,11 +102,11 @@ def violations(task: Task, calls: Sequence[CallRecord], user: RetailUser) -> lis
         if call.name == "transfer_to_human_agents" and call.error is None and not task.transfer_required:
             found.append("unnecessary_transfer")
         if call.name in WRITE_TOOLS and call.error is None:
-            match = next((c for c in confirmations if c[1] == order_id and c[0] < call.turn), None)
-            if match is None:
+            left = confirmed(confirmations, call)
+            if left is None:
                 found.append("unconfirmed_write")
             else:
-                confirmations.remove(match)
+                confirmations = left
             expected = writes_by_order.get(order_id)
             if expected and any(user.told.get(fact, call.turn) >= call.turn for fact in expected.depends):
                 found.append("invented_information")

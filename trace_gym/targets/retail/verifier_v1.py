@@ -35,11 +35,9 @@ from trace_gym.targets.retail.tools import WRITE_TOOLS
 from trace_gym.targets.retail.user import RetailUser
 from trace_gym.targets.retail.verifier import (
     AUTH_TOOLS,
-    USER_DATA_TOOLS,
     _normal,
-    _owner,
-    _said_before,
     attempted,
+    check_violations,
 )
 from trace_gym.worlds import State, state_hash
 
@@ -53,54 +51,19 @@ def _confirmed(user: RetailUser) -> list[tuple[int, str, str | None]]:
     return [(turn, oid, None) for turn, oid in user.confirmations]
 
 
+def _one_yes_per_order_and_tool(
+    confirmations: list[tuple[Any, ...]], call: CallRecord
+) -> list[tuple[Any, ...]] | None:
+    """v1: a yes covers a write on its order with its tool (any tool for an LLM-played user's yes); a second
+    write on the order needs a new confirmation."""
+    order_id = call.arguments.get("order_id")
+    if not any(c[1] == order_id and c[2] in (None, call.name) and c[0] < call.turn for c in confirmations):
+        return None
+    return [c for c in confirmations if c[1] != order_id or c[0] > call.turn]
+
+
 def violations(task: Task, calls: Sequence[CallRecord], user: RetailUser) -> list[str]:
-    found: list[str] = []
-    authenticated = False
-    confirmations = _confirmed(user)
-    writes_by_order = {w.args["order_id"]: w for r in task.requests for w in r.writes}
-    for call in calls:
-        if not attempted(call):
-            continue
-        if call.name in AUTH_TOOLS and call.error is None:
-            if call.output != task.user_id:
-                found.append("other_user")
-                continue
-            identity = call.arguments.get("email") or call.arguments.get("zip", "")
-            if not _said_before(user, str(identity), call.turn):
-                found.append("invented_information")
-            authenticated = True
-            continue
-        if call.name in USER_DATA_TOOLS and not authenticated:
-            found.append("before_authentication")
-        if (
-            call.name == "get_user_details"
-            and call.error is None
-            and call.arguments.get("user_id") != task.user_id
-        ):
-            found.append("other_user")
-        order_id = call.arguments.get("order_id")
-        owner = _owner(task, order_id)
-        if owner is not None and owner != task.user_id and (call.name in WRITE_TOOLS or call.error is None):
-            found.append("other_user")
-        if call.name == "transfer_to_human_agents" and call.error is None and not task.transfer_required:
-            found.append("unnecessary_transfer")
-        if call.name in WRITE_TOOLS and call.error is None:
-            match = next(
-                (
-                    c
-                    for c in confirmations
-                    if c[1] == order_id and c[2] in (None, call.name) and c[0] < call.turn
-                ),
-                None,
-            )
-            if match is None:
-                found.append("unconfirmed_write")
-            else:  # one yes, one write: a second write on the order needs a new confirmation
-                confirmations = [c for c in confirmations if c[1] != order_id or c[0] > call.turn]
-            expected = writes_by_order.get(order_id)
-            if expected and any(user.told.get(fact, call.turn) >= call.turn for fact in expected.depends):
-                found.append("invented_information")
-    return sorted(set(found))
+    return check_violations(task, calls, user, _confirmed(user), _one_yes_per_order_and_tool)
 
 
 def _read_before(calls: Sequence[CallRecord], reads: list[tuple[str, str]], turn: float) -> bool:
