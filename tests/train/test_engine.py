@@ -98,6 +98,42 @@ def test_compaction_and_prefill_chunks_change_nothing():
     assert engine.stats.compactions >= 3
 
 
+@pytest.mark.parametrize("share", [True, False])
+def test_shared_prefix_is_kept_once_and_changes_nothing(share):
+    """With ``share_prefix`` the rows hold only the columns after the common prefix (its K/V once per batch,
+    attended to by every row through the ``shared_prefix`` attention); without, every row holds a copy. Both give
+    the simple engine's tokens and log-probs."""
+    policy = _policy()
+    seeds = [1, 2, 3, 5, 6]
+    simple = _run(policy, "simple", seeds, GREEDY)
+    engine = engine_for(policy)
+    engine.share_prefix = share
+    session = engine.session(GREEDY)
+    envs = [RaggedEnv() for _ in seeds]
+    cached = collect(policy, envs, [ResetSpec(seed=s) for s in seeds], GREEDY, 5, generator=session)
+    for a, b in zip(simple, cached, strict=True):
+        assert a.token_ids == b.token_ids
+        assert torch.allclose(torch.tensor(a.sampler_logprobs), torch.tensor(b.sampler_logprobs), atol=1e-5)
+    cache = session.cache
+    held = [layer.used for layer in cache.layers]
+    if share:
+        assert cache.prefix is not None and cache.prefix.length > 10
+        assert all(n == cache.mask.shape[1] for n in held)  # only the columns after the prefix
+        assert cache.mask.shape[1] < min(len(ids) for ids in cache.ids) - cache.prefix.length + 40
+    else:
+        assert cache.prefix is None
+        assert all(n >= len(cache.ids[0]) - 40 for n in held)
+
+
+def test_a_model_that_drops_the_shared_prefix_is_refused():
+    from trace_train.engine.attention import SharedPrefix
+
+    prefix = SharedPrefix([(torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 8))] * 2)
+    prefix.layers_used = 1
+    with pytest.raises(RuntimeError, match="1 of 2 layers"):
+        prefix.check()
+
+
 def _teacher_forced(policy, traj, sampling):
     ids, attn, pmask = pad_batch([traj.token_ids], [traj.policy_mask], policy.tokenizer.pad_token_id)
     with torch.no_grad():

@@ -7,6 +7,10 @@ the row's own token count), so a hole in a row changes nothing in what its token
 conversations grow unevenly; rows are dropped (conversation over) or holes squeezed out only by an occasional
 :meth:`RaggedCache.compact`, one gather per layer.
 
+With a shared prefix (:meth:`RaggedCache.start_from_prefix` with ``share=True``) the rows' layers hold only the
+columns after the prefix, whose K/V is kept once (:class:`trace_train.engine.attention.SharedPrefix`); the mask,
+too, covers only the columns after it, while ``ids`` and positions count the prefix.
+
 Each layer's keys and values live in a preallocated buffer written in place (capacity doubles when full):
 ``DynamicLayer`` concatenates, which copies the whole cache on every decoded token.
 """
@@ -15,6 +19,8 @@ from __future__ import annotations
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
+
+from trace_train.engine.attention import SharedPrefix
 
 
 class GrowingLayer(DynamicLayer):
@@ -84,7 +90,8 @@ class RaggedCache:
         self.layers = [GrowingLayer(capacity) for _ in range(num_layers)]
         self.cache = Cache(layers=self.layers)
         self.mask = torch.zeros((0, 0), dtype=torch.bool)
-        self.ids: list[list[int]] = []  # the tokens each row's cache holds, in order
+        self.ids: list[list[int]] = []  # the tokens each row's cache holds, in order (prefix included)
+        self.prefix: SharedPrefix | None = None  # K/V of the prefix all rows share, kept once
 
     @property
     def rows(self) -> int:
@@ -103,12 +110,21 @@ class RaggedCache:
         prefix_ids: list[int],
         rows: int,
         capacity: int,
+        share: bool = False,
     ) -> None:
-        """Every row starts with the same prefix (K/V of one row, expanded: computed once, copied per row)."""
+        """Every row starts with the same prefix (K/V of one row, computed once). ``share``: keep it once and let
+        the rows' layers hold only what follows (the model must be called with ``shared_prefix=self.prefix``);
+        else copy it into every row."""
+        if len(prefix_kv) != len(self.layers):
+            raise ValueError(f"prefix K/V for {len(prefix_kv)} layers, the cache has {len(self.layers)}")
+        self.ids = [list(prefix_ids) for _ in range(rows)]
+        if share:
+            self.prefix = SharedPrefix(prefix_kv)
+            self.mask = torch.zeros((rows, 0), dtype=torch.bool)
+            return
         for layer, (k, v) in zip(self.layers, prefix_kv, strict=True):
             layer.load(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1), capacity)
         self.mask = torch.ones((rows, len(prefix_ids)), dtype=torch.bool)
-        self.ids = [list(prefix_ids) for _ in range(rows)]
 
     def append_columns(self, real: torch.Tensor) -> torch.Tensor:
         """Extend the mask by ``real`` ``[B, W]`` (True = a real token); returns the full 2-D attention mask."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from trace_train.engine.attention import packed_gqa
 from trace_train.engine.cache import RaggedCache
 from trace_train.engine.sampling import next_tokens
 from trace_train.policies.base import SamplingConfig
@@ -70,10 +71,19 @@ class ModelRunner:
             self.decoder = self.head = None
 
     def __call__(
-        self, ids, attention_mask, position_ids, cache, pick: torch.Tensor | None
+        self, ids, attention_mask, position_ids, cache: RaggedCache, pick: torch.Tensor | None
     ) -> torch.Tensor | None:
         """Run ``ids`` ``[B, W]``; return the logits ``[B, V]`` at column ``pick[b]`` of each row (None: none)."""
-        kw = dict(attention_mask=attention_mask, position_ids=position_ids, cache=cache, use_cache=True)
+        kw = dict(attention_mask=attention_mask, position_ids=position_ids, cache=cache.cache, use_cache=True)
+        if cache.prefix is not None:
+            kw["shared_prefix"] = cache.prefix
+        try:
+            return self._forward(ids, kw, pick)
+        finally:
+            if cache.prefix is not None:
+                cache.prefix.check()
+
+    def _forward(self, ids, kw, pick):
         if self.decoder is not None:
             hidden = self.decoder(input_ids=ids, **kw).last_hidden_state
             if pick is None:
@@ -97,6 +107,7 @@ class CachedEngine:
         generation_context=None,
         prefill_chunk_tokens: int = 4096,
         max_hole_fraction: float = 0.5,
+        share_prefix: bool = True,
     ):
         self.model = model
         self.eos_ids = set(eos_ids)
@@ -104,6 +115,7 @@ class CachedEngine:
         self.generation_context = generation_context
         self.prefill_chunk_tokens = prefill_chunk_tokens
         self.max_hole_fraction = max_hole_fraction
+        self.share_prefix = share_prefix  # keep the shared prefix once per batch, not once per row (CPU sdpa)
         self.stats = EngineStats()
         self._prefix_ids: list[int] = []
         self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -189,7 +201,7 @@ def _prefill(
         pick = (last - c0).clamp(0, c1 - c0 - 1) if want_logits and bool(in_chunk.any()) else None
         # no hole anywhere (e.g. the shared prefix): no mask, so attention can take its causal kernel (2x on CPU)
         attn = None if bool(mask.all()) else mask.to(device)
-        out = runner(ids[:, c0:c1].to(device), attn, pos.to(device), cache.cache, pick)
+        out = runner(ids[:, c0:c1].to(device), attn, pos.to(device), cache, pick)
         if out is not None:
             logits = out if logits is None else torch.where(in_chunk.to(out.device)[:, None], out, logits)
     for r, d in enumerate(deltas):
@@ -216,15 +228,15 @@ class Session:
         model.eval()
         try:
             ctx = self.engine.generation_context() if self.engine.generation_context else _null()
-            with ctx, torch.no_grad():
-                return self._turn(prompts, active)
+            with ctx, torch.no_grad(), packed_gqa(model) as packed:
+                return self._turn(prompts, active, share_prefix=packed)
         finally:
             model.train(was_training)
 
-    def _turn(self, prompts: list[list[int]], active: list[int]):
+    def _turn(self, prompts: list[list[int]], active: list[int], share_prefix: bool):
         eng, st = self.engine, self.engine.stats
         if self.cache is None:
-            self._start(prompts, active)
+            self._start(prompts, active, share_prefix)
         else:
             self._follow(active)
         cache = self.cache
@@ -246,16 +258,17 @@ class Session:
         st.decode_seconds += time.perf_counter() - t0
         return out
 
-    def _start(self, prompts: list[list[int]], active: list[int]) -> None:
+    def _start(self, prompts: list[list[int]], active: list[int], share_prefix: bool) -> None:
         eng = self.engine
         # the shared part, but at least one token of each prompt stays per row (its logits start decoding)
         n = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
         prefix = prompts[0][: max(n, 0)]
-        cache = RaggedCache(eng.num_layers, capacity=len(prefix) + 512)
+        # rows keep the prefix once (shared_prefix attention) where the model runs it; else a copy per row
+        share = share_prefix and eng.share_prefix
+        cache = RaggedCache(eng.num_layers, capacity=512 if share else len(prefix) + 512)
         if prefix:
-            cache.start_from_prefix(
-                eng.prefix_kv(self.runner, prefix), prefix, len(prompts), len(prefix) + 512
-            )
+            kv = eng.prefix_kv(self.runner, prefix)
+            cache.start_from_prefix(kv, prefix, len(prompts), len(prefix) + 512, share=share)
         else:
             cache.mask = torch.zeros((len(prompts), 0), dtype=torch.bool)
             cache.ids = [[] for _ in prompts]
@@ -301,7 +314,7 @@ class Session:
             mask = cache.append_columns(feed[:, None])
             pos = cache.positions()[:, None]
             zero = torch.zeros(rows, dtype=torch.long)
-            logits = self.runner(ids[:, None].to(device), mask.to(device), pos.to(device), cache.cache, zero)
+            logits = self.runner(ids[:, None].to(device), mask.to(device), pos.to(device), cache, zero)
             for r in range(rows):
                 if feed[r]:
                     cache.ids[r].append(out[r][-1])

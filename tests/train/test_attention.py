@@ -1,0 +1,87 @@
+"""The packed grouped-query attention computes what transformers' sdpa path computes, and is switched on only
+inside ``packed_gqa``."""
+
+import pytest
+import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from trace_train.engine import attention
+from trace_train.models import build_tiny_model
+
+
+class _Module(torch.nn.Module):
+    def __init__(self, groups: int):
+        super().__init__()
+        self.num_key_value_groups = groups
+        self.is_causal = True
+
+
+def _inputs(batch, q_heads, kv_heads, length, total, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = (
+        torch.randn(batch, length, q_heads, 16, generator=g).to(dtype).transpose(1, 2)
+    )  # strided like a model's
+    k = torch.randn(batch, kv_heads, total, 16, generator=g).to(dtype)
+    v = torch.randn(batch, kv_heads, total, 16, generator=g).to(dtype)
+    return q, k, v
+
+
+def _ragged_mask(batch, length, total, seed=0):
+    """Causal over the last ``length`` columns, with random holes in the earlier ones (a ragged cache)."""
+    g = torch.Generator().manual_seed(seed)
+    past = torch.rand(batch, total - length, generator=g) > 0.3
+    past[:, 0] = True
+    causal = torch.ones(length, length).tril().bool()
+    mask = torch.cat([past[:, None, :].expand(batch, length, -1), causal.expand(batch, -1, -1)], dim=2)
+    return mask[:, None]
+
+
+@pytest.mark.parametrize("length", [1, 5])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("with_mask", [True, False])
+def test_packed_equals_sdpa(length, dtype, tol, with_mask):
+    if not with_mask and length > 1:
+        pytest.skip("a mask-free multi-token query goes to sdpa itself")
+    module = _Module(groups=3)
+    q, k, v = _inputs(2, 6, 2, length, 40, dtype)
+    mask = _ragged_mask(2, length, 40) if with_mask else None
+    want, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=0.25)
+    got, weights = attention.packed_gqa_attention(module, q, k, v, mask, scaling=0.25)
+    assert weights is None
+    assert got.shape == want.shape == (2, length, 6, 16)
+    torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
+
+
+def test_additive_mask_and_gradients_fall_back_to_sdpa():
+    module = _Module(groups=2)
+    q, k, v = _inputs(1, 4, 2, 3, 10, torch.float32)
+    additive = torch.zeros(1, 1, 3, 10)
+    additive[..., :4] = torch.finfo(torch.float32).min
+    want, _ = sdpa_attention_forward(module, q, k, v, additive, scaling=0.25)
+    got, _ = attention.packed_gqa_attention(module, q, k, v, additive, scaling=0.25)
+    torch.testing.assert_close(got, want)
+    q.requires_grad_(True)
+    out, _ = attention.packed_gqa_attention(module, q, k, v, additive, scaling=0.25)
+    out.sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+def test_context_switches_a_model_and_restores_it(monkeypatch):
+    model, _ = build_tiny_model()
+    model.config._attn_implementation = "sdpa"
+    calls = []
+    real = attention.packed_gqa_attention
+    monkeypatch.setitem(
+        attention.AttentionInterface._global_mapping,
+        attention.NAME,
+        lambda *a, **k: calls.append(1) or real(*a, **k),
+    )
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        plain = model(input_ids=ids, attention_mask=torch.tensor([[0, 1, 1, 1]])).logits
+        with attention.packed_gqa(model):
+            assert model.config._attn_implementation == attention.NAME
+            packed = model(input_ids=ids, attention_mask=torch.tensor([[0, 1, 1, 1]])).logits
+    assert model.config._attn_implementation == "sdpa"
+    assert calls, "the packed attention was not used inside the block"
+    torch.testing.assert_close(packed[0, 1:], plain[0, 1:], atol=1e-5, rtol=1e-5)

@@ -1,0 +1,172 @@
+"""Grouped-query attention for cached inference on CPU without copying the cache per query head.
+
+Models with fewer key/value heads than query heads (SmolLM2: 9 query heads over 3 K/V heads) reach
+``scaled_dot_product_attention`` in transformers' ``sdpa`` path either with ``enable_gqa=True`` (when no mask is
+needed: a decode step over a hole-free cache) or after ``repeat_kv`` (a masked prefill over a cache), which copies
+every layer's cache three times per call. On this CPU the first costs 8.3 ms per layer for one bf16 decode step of
+8 rows over 1,600 cached tokens; folding the query heads of each K/V head into the query length
+(``[B, Hq, L, D] -> [B, Hkv, G*L, D]``) and broadcasting the mask the same way costs 1.2 ms and computes the same
+thing (``benchmarks/bench_engine.py``, figure 5).
+
+:func:`packed_gqa` registers this as the attention implementation ``"trace_packed_gqa"`` (transformers'
+``AttentionInterface``, with sdpa's mask builder) and switches a model to it for the duration of a ``with`` block.
+Training (anything that needs gradients), dropout and the mask-free causal prefill keep transformers' sdpa path.
+
+**Shared prefix** (cascade attention): when every row of a batch starts with the same prefix (the system prompt
+and tool schemas, ~2,700 SmolLM2 tokens on retail), the cache keeps that prefix's K/V once, ``[1, Hkv, P, D]`` per
+layer, instead of a copy per row, and the model is called with ``shared_prefix=SharedPrefix(...)``, which
+transformers passes down to the attention function. A decode step then reads the prefix once for all rows (one
+matmul of every row's queries against it) and each row's own columns separately, and takes one softmax over both
+(eager attention's numerics: scores in the model's dtype, softmax in float32). A prefill over the prefix
+concatenates it per call. The attention function counts the layers that used the prefix, so a model that drops
+the keyword is caught (:meth:`SharedPrefix.check`) instead of silently attending to half its context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+NAME = "trace_packed_gqa"
+
+
+def packed_gqa_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    shared_prefix: SharedPrefix | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """An ``AttentionInterface`` function: ``query`` ``[B, Hq, L, D]``, ``key``/``value`` ``[B, Hkv, T, D]``,
+    ``attention_mask`` None or ``[B|1, 1, L, T]`` (bool or additive). Returns ``[B, L, Hq, D]``.
+    With ``shared_prefix``, ``key``/``value``/``attention_mask`` cover only the columns after it."""
+    if shared_prefix is not None:
+        return _with_prefix(module, query, key, value, attention_mask, scaling, shared_prefix)
+    batch, q_heads, length, dim = query.shape
+    kv_heads = key.shape[1]
+    groups = q_heads // kv_heads
+    mask_per_head = attention_mask is not None and attention_mask.shape[1] != 1
+    if (
+        groups == 1
+        or dropout
+        or mask_per_head
+        or kwargs.get("position_bias") is not None
+        or (attention_mask is None and length > 1)  # sdpa's causal kernel, which needs no mask
+        or (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad))
+    ):
+        return sdpa_attention_forward(
+            module,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=dropout,
+            scaling=scaling,
+            is_causal=is_causal,
+            **kwargs,
+        )
+    # query head h = k * groups + g reads K/V head k: fold g into the query length of head k
+    q = query.reshape(batch, kv_heads, groups * length, dim)
+    mask = attention_mask
+    if mask is not None:
+        rows = mask.shape[0]
+        mask = mask[:, :, None].expand(rows, 1, groups, length, mask.shape[-1])
+        mask = mask.reshape(rows, 1, groups * length, mask.shape[-1])
+    out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, scale=scaling)
+    out = out.view(batch, kv_heads, groups, length, dim).reshape(batch, q_heads, length, dim)
+    return out.transpose(1, 2).contiguous(), None
+
+
+class SharedPrefix:
+    """The K/V of a prefix that every row of the batch starts with: ``kv[layer] = (keys, values)``, each
+    ``[1, Hkv, P, D]``. Passed to the model as the ``shared_prefix`` keyword."""
+
+    def __init__(self, kv: list[tuple[torch.Tensor, torch.Tensor]]):
+        self.kv = kv
+        self.length = kv[0][0].shape[2] if kv else 0
+        self.layers_used = 0
+
+    def check(self) -> None:
+        """Raise unless every layer of the forward just run attended to the prefix (then reset the count)."""
+        used, self.layers_used = self.layers_used, 0
+        if used != len(self.kv):
+            raise RuntimeError(
+                f"the model attended to the shared prefix in {used} of {len(self.kv)} layers: it does not pass "
+                "the shared_prefix keyword to its attention (use a transformers model with sdpa attention, or "
+                "a cache without a shared prefix)"
+            )
+
+
+def _with_prefix(module, query, key, value, attention_mask, scaling, prefix: SharedPrefix):
+    prefix_k, prefix_v = prefix.kv[module.layer_idx]
+    prefix.layers_used += 1
+    batch, q_heads, length, dim = query.shape
+    kv_heads, p_len, own = key.shape[1], prefix_k.shape[2], key.shape[2]
+    groups = q_heads // kv_heads
+    scaling = dim**-0.5 if scaling is None else scaling
+    own_mask = attention_mask
+    if own_mask is None:  # transformers skips the mask when it is plain causal over the own columns
+        q_pos = torch.arange(own - length, own, device=query.device)
+        own_mask = (torch.arange(own, device=query.device)[None, :] <= q_pos[:, None])[None, None]
+    if own_mask.dtype != torch.bool:  # additive
+        own_mask = own_mask > torch.finfo(own_mask.dtype).min / 2
+    if length > 1:  # prefill: the prefix concatenated per row, then one packed attention
+        full_k = torch.cat([prefix_k.expand(batch, -1, -1, -1), key], dim=2)
+        full_v = torch.cat([prefix_v.expand(batch, -1, -1, -1), value], dim=2)
+        rows = own_mask.shape[0]
+        seen = torch.ones((rows, 1, length, p_len), dtype=torch.bool, device=query.device)
+        mask = torch.cat([seen, own_mask.expand(rows, 1, length, own)], dim=3)
+        return packed_gqa_attention(module, query, full_k, full_v, mask, scaling=scaling)
+    # decode: every row's queries against the prefix in one matmul, then against its own columns
+    q = query.reshape(batch, kv_heads, groups, dim)
+    q_all = q.transpose(0, 1).reshape(kv_heads, batch * groups, dim)
+    s_prefix = torch.matmul(q_all, prefix_k[0].transpose(-1, -2))  # [Hkv, B*G, P]
+    s_prefix = s_prefix.view(kv_heads, batch, groups, p_len).transpose(0, 1)
+    s_own = torch.matmul(q, key.transpose(-1, -2))  # [B, Hkv, G, own]
+    scores = torch.cat([s_prefix, s_own], dim=3).float() * scaling
+    own_mask = own_mask.reshape(own_mask.shape[0], 1, 1, own)
+    scores[..., p_len:] = scores[..., p_len:].masked_fill(~own_mask, torch.finfo(torch.float32).min)
+    probs = scores.softmax(-1).to(value.dtype)
+    p_prefix = probs[..., :p_len].transpose(0, 1).reshape(kv_heads, batch * groups, p_len)
+    out = torch.matmul(p_prefix, prefix_v[0]).view(kv_heads, batch, groups, dim).transpose(0, 1)
+    out = out + torch.matmul(probs[..., p_len:], value)
+    return out.reshape(batch, q_heads, 1, dim).transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(NAME, packed_gqa_attention)
+ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
+
+
+@contextmanager
+def packed_gqa(model: torch.nn.Module) -> Iterator[bool]:
+    """Run ``model``'s sdpa attention as :func:`packed_gqa_attention` inside the block (CPU only; other devices and
+    other attention implementations are left as they are). Yields whether it switched (then ``shared_prefix``
+    works)."""
+    params = next(model.parameters(), None)
+    configs = []
+    if params is not None and params.device.type == "cpu":
+        seen: set[int] = set()
+        for m in model.modules():
+            config = getattr(m, "config", None)
+            if config is not None and id(config) not in seen:
+                seen.add(id(config))
+                if getattr(config, "_attn_implementation", None) == "sdpa":
+                    configs.append(config)
+    for config in configs:
+        config._attn_implementation = NAME
+    try:
+        yield bool(configs)
+    finally:
+        for config in configs:
+            config._attn_implementation = "sdpa"
