@@ -2,6 +2,7 @@
 
     python benchmarks/bench_engine.py                         # the sizes (hours on 2 busy cores)
     python benchmarks/bench_engine.py --preset reduced        # the reduced sizes of the committed results
+    python benchmarks/bench_engine.py --figures 1,5,6 --set equiv_episodes=8 --set equiv_turns=3
     tox -e bench -- --preset reduced
 
 Figures (each side runs in its own subprocess, one after the other, so each reports its own peak RSS):
@@ -43,6 +44,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         eval_turns=10,
         eval_tokens=96,
         equiv_episodes=32,
+        equiv_turns=10,
+        equiv_tokens=96,
         grpo_seeds=4,
         grpo_group=4,
         grpo_turns=10,
@@ -58,6 +61,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         eval_turns=2,
         eval_tokens=8,
         equiv_episodes=2,
+        equiv_turns=2,
+        equiv_tokens=8,
         grpo_seeds=1,
         grpo_group=2,
         grpo_turns=2,
@@ -73,6 +78,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         eval_turns=3,
         eval_tokens=32,
         equiv_episodes=2,
+        equiv_turns=3,
+        equiv_tokens=32,
         grpo_seeds=1,
         grpo_group=2,
         grpo_turns=2,
@@ -339,6 +346,13 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=3600, help="seconds per side")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json-out", default=str(HERE / "results" / "engine.json"))
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=N",
+        help="override one size of the preset (e.g. --set equiv_episodes=8); repeatable",
+    )
     p.add_argument("--side", help=argparse.SUPPRESS)
     p.add_argument("--side-args", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -349,7 +363,12 @@ def main() -> None:
         torch.set_num_threads(a.threads)
         print(json.dumps(SIDES[a.side](**json.loads(a.side_args))))
         return
-    z = PRESETS[a.preset]
+    z = dict(PRESETS[a.preset])
+    for item in a.set:
+        key, _, value = item.partition("=")
+        if key not in z or not value:
+            p.error(f"--set {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(z))}")
+        z[key] = json.loads(value)
     if a.tiny:
         from trace_train.models import save_tiny_model
 
@@ -370,7 +389,8 @@ def main() -> None:
         kw = dict(episodes=z["eval_episodes"], turns=z["eval_turns"], tokens=z["eval_tokens"], model=a.model)
         s = run_side("eval", t, engine="simple", dtype="bfloat16", **kw)
         c = run_side("eval", t, engine="cached", dtype="bfloat16", **kw)
-        eq = run_side("equiv", t, **{**kw, "episodes": z["equiv_episodes"]}, dtype="float32")
+        eq_kw = dict(episodes=z["equiv_episodes"], turns=z["equiv_turns"], tokens=z["equiv_tokens"])
+        eq = run_side("equiv", t, **{**kw, **eq_kw}, dtype="float32")
         report["evaluate"] = {
             "simple": s,
             "cached": c,

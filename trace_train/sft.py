@@ -60,6 +60,56 @@ def oracle_trajectories(
     return ok, len(trajs) - len(ok)
 
 
+def token_micro_batches(
+    batch: list[tuple[list[int], list[int]]], max_tokens: int
+) -> list[list[tuple[list[int], list[int]]]]:
+    """Split ``batch`` (in order) into runs of sequences of at most ``max_tokens`` tokens together; a longer
+    sequence goes alone."""
+    out: list[list[tuple[list[int], list[int]]]] = []
+    size = 0
+    for item in batch:
+        if out and size + len(item[0]) <= max_tokens:
+            out[-1].append(item)
+            size += len(item[0])
+        else:
+            out.append([item])
+            size = len(item[0])
+    return out
+
+
+def _agent_logprobs(model, policy: HFPolicy, micro, engine: str) -> tuple[torch.Tensor, torch.Tensor]:
+    seqs, masks = [x for x, _ in micro], [m for _, m in micro]
+    pad = policy.tokenizer.pad_token_id
+    if engine == "simple":  # padded batch, one forward per sequence
+        ids, attn, pmask = pad_batch(seqs, masks, pad)
+        dev = policy.device  # the GPU when from_pretrained found one
+        return sequence_logprobs(model, ids.to(dev), attn.to(dev), pmask.to(dev), share_prefix=False)
+    # the shared system/tools prefix once, the rest packed, LM head on agent tokens only
+    return shared_prefix_logprobs(model, seqs, masks, pad)
+
+
+def backward_batch(
+    model: torch.nn.Module,
+    policy: HFPolicy,
+    batch: list[tuple[list[int], list[int]]],
+    micro_batch_tokens: int,
+    engine: str = "cached",
+) -> tuple[float, int, int]:
+    """Backpropagate the token-level NLL of ``batch``'s agent tokens (the mean over all of them), one
+    micro-batch of at most ``micro_batch_tokens`` tokens at a time: the gradients add up to the whole batch's.
+    Returns (loss, tokens seen, agent tokens trained)."""
+    n_agent = sum(sum(m[1:]) for _, m in batch)  # the first token has no prediction
+    loss_value, seen, trained = 0.0, 0, 0
+    for micro in token_micro_batches(batch, micro_batch_tokens):
+        logp, tmask = _agent_logprobs(model, policy, micro, engine)
+        loss = -(logp * tmask).sum() / max(n_agent, 1)
+        loss.backward()
+        loss_value += loss.item()
+        seen += sum(len(x) for x, _ in micro)
+        trained += int(tmask.sum())
+    return loss_value, seen, trained
+
+
 def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
     torch.manual_seed(args.seed)
     random.seed(args.seed)
@@ -94,29 +144,20 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
         rng.shuffle(order)
         for b in range(0, len(order), args.batch_size):
             batch = [data[i] for i in order[b : b + args.batch_size]]
-            seqs, masks = [x for x, _ in batch], [m for _, m in batch]
-            pad = policy.tokenizer.pad_token_id
-            if args.engine == "simple":  # padded batch, one forward per sequence
-                ids, attn, pmask = pad_batch(seqs, masks, pad)
-                dev = policy.device  # the GPU when from_pretrained found one
-                logp, tmask = sequence_logprobs(
-                    model, ids.to(dev), attn.to(dev), pmask.to(dev), share_prefix=False
-                )
-            else:  # the shared system/tools prefix once, the rest packed, LM head on agent tokens only
-                logp, tmask = shared_prefix_logprobs(model, seqs, masks, pad)
-            seen_tokens += sum(len(x) for x in seqs)
-            trained_tokens += int(tmask.sum())
-            loss = -(logp * tmask).sum() / tmask.sum().clamp(min=1)  # token-level NLL of agent tokens only
-            if not torch.isfinite(loss):
+            loss_value, seen, trained = backward_batch(
+                model, policy, batch, args.micro_batch_tokens, args.engine
+            )
+            if not math.isfinite(loss_value):
                 raise FloatingPointError(f"non-finite SFT loss at step {step}")
-            loss.backward()
+            seen_tokens += seen
+            trained_tokens += trained
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
             step += 1
-            losses.append(loss.item())
-            log.write(json.dumps({"step": step, "epoch": epoch, "loss": loss.item()}) + "\n")
+            losses.append(loss_value)
+            log.write(json.dumps({"step": step, "epoch": epoch, "loss": loss_value}) + "\n")
             log.flush()
     log.close()
     train_seconds, train_cpu_seconds = time.perf_counter() - t0, time.process_time() - cpu0

@@ -36,12 +36,10 @@ def _ragged_mask(batch, length, total, seed=0):
     return mask[:, None]
 
 
-@pytest.mark.parametrize("length", [1, 5])
+# a mask-free multi-token query goes to sdpa's causal kernel itself
+@pytest.mark.parametrize("length,with_mask", [(1, True), (1, False), (5, True)])
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
-@pytest.mark.parametrize("with_mask", [True, False])
 def test_packed_equals_sdpa(length, dtype, tol, with_mask):
-    if not with_mask and length > 1:
-        pytest.skip("a mask-free multi-token query goes to sdpa itself")
     module = _Module(groups=3)
     q, k, v = _inputs(2, 6, 2, length, 40, dtype)
     mask = _ragged_mask(2, length, 40) if with_mask else None
@@ -85,3 +83,30 @@ def test_context_switches_a_model_and_restores_it(monkeypatch):
     assert model.config._attn_implementation == "sdpa"
     assert calls, "the packed attention was not used inside the block"
     torch.testing.assert_close(packed[0, 1:], plain[0, 1:], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("length", [1, 4])
+@pytest.mark.parametrize("with_mask", [True, False])
+def test_shared_prefix_attention_equals_attention_over_the_concatenation(length, with_mask):
+    """Rows that hold only their own columns and attend to a prefix kept once give what attention over
+    [prefix | own columns] per row gives (decode and prefill; holes in the own columns or the causal default)."""
+    module = _Module(groups=3)
+    module.layer_idx = 1
+    q, k, v = _inputs(3, 6, 2, length, 12, torch.float32, seed=1)
+    g = torch.Generator().manual_seed(2)
+    prefix = [
+        (torch.randn(1, 2, 7, 16, generator=g), torch.randn(1, 2, 7, 16, generator=g)) for _ in range(2)
+    ]
+    own_mask = _ragged_mask(3, length, 12, seed=3) if with_mask else None
+    shared = attention.SharedPrefix(prefix)
+    got, _ = attention.packed_gqa_attention(module, q, k, v, own_mask, scaling=0.25, shared_prefix=shared)
+    assert shared.layers_used == 1
+
+    pk, pv = prefix[1]
+    full_k = torch.cat([pk.expand(3, -1, -1, -1), k], dim=2)
+    full_v = torch.cat([pv.expand(3, -1, -1, -1), v], dim=2)
+    if own_mask is None:
+        own_mask = torch.ones(length, 12).tril(12 - length).bool()[None, None].expand(3, 1, -1, -1)
+    full_mask = torch.cat([torch.ones(3, 1, length, 7, dtype=torch.bool), own_mask], dim=3)
+    want, _ = sdpa_attention_forward(module, q, full_k, full_v, full_mask, scaling=0.25)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

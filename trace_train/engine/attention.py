@@ -96,6 +96,8 @@ class SharedPrefix:
         self.kv = kv
         self.length = kv[0][0].shape[2] if kv else 0
         self.layers_used = 0
+        # K transposed once, [Hkv, D, P] contiguous: a decode step multiplies every row's queries against it
+        self.keys_t = [k[0].transpose(-1, -2).contiguous() for k, _ in kv]
 
     def check(self) -> None:
         """Raise unless every layer of the forward just run attended to the prefix (then reset the count)."""
@@ -131,16 +133,19 @@ def _with_prefix(module, query, key, value, attention_mask, scaling, prefix: Sha
     # decode: every row's queries against the prefix in one matmul, then against its own columns
     q = query.reshape(batch, kv_heads, groups, dim)
     q_all = q.transpose(0, 1).reshape(kv_heads, batch * groups, dim)
-    s_prefix = torch.matmul(q_all, prefix_k[0].transpose(-1, -2))  # [Hkv, B*G, P]
+    s_prefix = torch.matmul(q_all, prefix.keys_t[module.layer_idx])  # [Hkv, B*G, P]
     s_prefix = s_prefix.view(kv_heads, batch, groups, p_len).transpose(0, 1)
-    s_own = torch.matmul(q, key.transpose(-1, -2))  # [B, Hkv, G, own]
+    # K @ q^T rather than q @ K^T: the cache's columns are a strided view, and a transposed strided operand makes
+    # the batched matmul copy it (3x slower here)
+    s_own = torch.matmul(key, q.transpose(-1, -2)).transpose(-1, -2)  # [B, Hkv, G, own]
     scores = torch.cat([s_prefix, s_own], dim=3).float() * scaling
     own_mask = own_mask.reshape(own_mask.shape[0], 1, 1, own)
     scores[..., p_len:] = scores[..., p_len:].masked_fill(~own_mask, torch.finfo(torch.float32).min)
     probs = scores.softmax(-1).to(value.dtype)
     p_prefix = probs[..., :p_len].transpose(0, 1).reshape(kv_heads, batch * groups, p_len)
     out = torch.matmul(p_prefix, prefix_v[0]).view(kv_heads, batch, groups, dim).transpose(0, 1)
-    out = out + torch.matmul(probs[..., p_len:], value)
+    p_own = probs[..., p_len:].reshape(batch * kv_heads, groups, own)
+    out = out + torch.bmm(p_own, value.reshape(batch * kv_heads, own, dim)).view(batch, kv_heads, groups, dim)
     return out.reshape(batch, q_heads, 1, dim).transpose(1, 2).contiguous(), None
 
 
