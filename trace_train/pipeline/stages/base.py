@@ -56,6 +56,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
                 difficulty=warm.difficulty,
                 merge=True,
                 gradient_checkpointing=warm.gradient_checkpointing,
+                micro_batch_tokens=warm.micro_batch_tokens,
                 lora_rank=base.lora_rank,
                 lora_alpha=base.lora_alpha,
                 dtype=base.dtype,
