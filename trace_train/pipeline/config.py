@@ -58,7 +58,9 @@ class WarmStartConfig:
         False, "recompute activations in backward: long tool conversations fit in memory (slower)"
     )
     micro_batch_tokens: int = knob(
-        8192, "tokens per forward/backward (a batch is split; gradients add up to the whole batch's)", minimum=1
+        8192,
+        "tokens per forward/backward (a batch is split; gradients add up to the whole batch's)",
+        minimum=1,
     )
 
 
