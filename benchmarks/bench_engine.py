@@ -15,7 +15,9 @@ Figures (each side runs in its own subprocess, one after the other, so each repo
    ~355-token prompts): trace s/step / TRL s/step and peak RSS per side (TRL last, skipped without ``trl``);
 5. roofline: the engine's prefill and decode tokens/s as achieved FLOP/s against this machine's measured bf16
    matmul peak;
-6. the compact tool rendering: prompt tokens of a retail episode, JSON vs compact.
+6. the compact tool rendering: prompt tokens of a retail episode, JSON vs compact;
+7. its effect on learning: SFT warm starts on the same retail oracle episodes rendered with JSON and with compact
+   tools, each evaluated on the same test tasks (success, paired McNemar test).
 
 Reduced sizes are written into the results (``sizes``), so ratios are never read without them. Every side
 reports wall seconds and CPU seconds of its process: on a machine shared with other jobs the CPU-time ratio
@@ -40,6 +42,9 @@ sys.path.insert(0, str(HERE))
 
 PRESETS: dict[str, dict[str, Any]] = {
     "issue": dict(
+        ab_sft_episodes=32,
+        ab_eval_episodes=64,
+        ab_difficulty=1,
         eval_episodes=32,
         eval_turns=10,
         eval_tokens=96,
@@ -48,6 +53,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         equiv_tokens=96,
         grpo_seeds=4,
         grpo_group=4,
+        grpo_micro_simple=1,
+        grpo_micro_cached=4,
         grpo_turns=10,
         grpo_tokens=96,
         sft_episodes=32,
@@ -57,6 +64,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         trl_micro=[8, 32],
     ),
     "smoke": dict(
+        ab_sft_episodes=2,
+        ab_eval_episodes=2,
+        ab_difficulty=1,
         eval_episodes=2,
         eval_turns=2,
         eval_tokens=8,
@@ -65,6 +75,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         equiv_tokens=8,
         grpo_seeds=1,
         grpo_group=2,
+        grpo_micro_simple=1,
+        grpo_micro_cached=2,
         grpo_turns=2,
         grpo_tokens=8,
         sft_episodes=2,
@@ -74,6 +86,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         trl_micro=[4],
     ),
     "reduced": dict(  # what 2 cores shared with 7 other jobs allowed (the committed results)
+        ab_sft_episodes=8,
+        ab_eval_episodes=16,
+        ab_difficulty=1,
         eval_episodes=4,
         eval_turns=3,
         eval_tokens=32,
@@ -82,6 +97,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         equiv_tokens=32,
         grpo_seeds=1,
         grpo_group=2,
+        grpo_micro_simple=2,
+        grpo_micro_cached=2,
         grpo_turns=2,
         grpo_tokens=32,
         sft_episodes=2,
@@ -167,7 +184,9 @@ def side_equiv(dtype: str, episodes: int, turns: int, tokens: int, model: str) -
     }
 
 
-def side_grpo(engine: str, seeds: int, group: int, turns: int, tokens: int, model: str, dtype: str) -> dict:
+def side_grpo(
+    engine: str, seeds: int, group: int, turns: int, tokens: int, model: str, dtype: str, micro: int
+) -> dict:
     from trace_train.grpo.trainer import GRPOArgs, GRPOTrainer
 
     args = GRPOArgs(
@@ -180,7 +199,7 @@ def side_grpo(engine: str, seeds: int, group: int, turns: int, tokens: int, mode
         max_new_tokens=tokens,
         max_turns=turns,
         difficulty=2,
-        micro_batch_size=group,
+        micro_batch_size=micro,
         save_every=0,
         tensorboard=False,
         progress=False,
@@ -194,6 +213,7 @@ def side_grpo(engine: str, seeds: int, group: int, turns: int, tokens: int, mode
     keep = ("gen_seconds", "train_seconds", "env_seconds", "reward_mean", "train_tokens_per_s")
     return {
         "engine": engine,
+        "micro_batch_size": micro,
         "seconds": wall,
         "cpu_seconds": cpu,
         **{k: metrics.get(k) for k in keep},
@@ -299,7 +319,58 @@ def side_tool_tokens(model: str) -> dict[str, Any]:
     return out
 
 
+def side_tool_ab(fmt: str, episodes: int, eval_episodes: int, difficulty: int, model: str) -> dict[str, Any]:
+    """SFT warm start with one tool rendering, then greedy evaluation on retail test tasks with the same one."""
+    from trace_train.config import SFTArgs
+    from trace_train.evaluate import evaluate
+    from trace_train.policies.base import SamplingConfig
+    from trace_train.policies.hf import HFPolicy
+    from trace_train.sft import run_sft
+
+    out = tempfile.mkdtemp(prefix=f"bench-tools-{fmt}-")
+    t0 = time.perf_counter()
+    summary = run_sft(
+        SFTArgs(
+            env_id="trace/retail-v1",
+            model=model,
+            out=out,
+            episodes=episodes,
+            epochs=2,
+            batch_size=4,
+            difficulty=difficulty,
+            max_turns=30,
+            dtype="bfloat16",
+            tool_format=fmt,
+            merge=True,
+        )
+    )
+    sft_seconds = time.perf_counter() - t0
+    policy = HFPolicy.from_pretrained(summary["merged"], dtype="bfloat16").configure(tool_format=fmt)
+    res = evaluate(
+        policy,
+        "trace/retail-v1",
+        episodes=eval_episodes,
+        split="test",
+        sampling=SamplingConfig(temperature=0.0, max_new_tokens=96),
+        max_turns=10,
+        batch_size=16,
+        difficulty=difficulty,
+    )
+    return {
+        "tool_format": fmt,
+        "sft_episodes": summary["trajectories"],
+        "sft_final_loss": summary["final_loss"],
+        "sft_seconds": sft_seconds,
+        "success_rate": res.success_rate,
+        "success_ci": res.success_ci,
+        "successes": [bool(r["success"]) for r in res.trajectories],
+        "seeds": [r["seed"] for r in res.trajectories],
+        "peak_rss_mb": _rss(),
+    }
+
+
 SIDES = {
+    "tool_ab": side_tool_ab,
     "tool_tokens": side_tool_tokens,
     "eval": side_eval,
     "equiv": side_equiv,
@@ -341,7 +412,7 @@ def main() -> None:
     p.add_argument("--preset", choices=sorted(PRESETS), default="issue")
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--tiny", action="store_true", help="a tiny random model (smoke test of the script)")
-    p.add_argument("--figures", default="1,2,3,4,5,6", help="comma-separated figure numbers to run")
+    p.add_argument("--figures", default="1,2,3,4,5,6,7", help="comma-separated figure numbers to run")
     p.add_argument("--skip-trl", action="store_true")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per side")
     p.add_argument("--threads", type=int, default=2)
@@ -409,8 +480,10 @@ def main() -> None:
             tokens=z["grpo_tokens"],
             model=a.model,
         )
-        s = run_side("grpo", t, engine="simple", dtype="bfloat16", **kw)
-        c = run_side("grpo", t, engine="cached", dtype="bfloat16", **kw)
+        # each side at the largest micro-batch that fits 24 GB: a padded retail sequence (~5k tokens) takes ~6 GB
+        # of activations in bf16, so the simple trainer goes one at a time; the cached one shares the prefix
+        s = run_side("grpo", t, engine="simple", dtype="bfloat16", micro=z["grpo_micro_simple"], **kw)
+        c = run_side("grpo", t, engine="cached", dtype="bfloat16", micro=z["grpo_micro_cached"], **kw)
         report["grpo_step"] = {
             "simple": s,
             "cached": c,
@@ -474,6 +547,30 @@ def main() -> None:
     if 6 in figures:
         print("6. tool rendering: prompt tokens, json vs compact", flush=True)
         report["tool_rendering"] = run_side("tool_tokens", 600, model=a.model)
+    if 7 in figures:
+        print("7. tool rendering A/B: SFT warm start, then test success, json vs compact", flush=True)
+        kw = dict(
+            episodes=z["ab_sft_episodes"],
+            eval_episodes=z["ab_eval_episodes"],
+            difficulty=z["ab_difficulty"],
+            model=a.model,
+        )
+        sides = {fmt: run_side("tool_ab", t, fmt=fmt, **kw) for fmt in ("json", "compact")}
+        ab: dict[str, Any] = {"sizes": kw, **sides}
+        if (
+            all("error" not in v for v in sides.values())
+            and sides["json"]["seeds"] == sides["compact"]["seeds"]
+        ):
+            from trace_train.stats import mcnemar_exact
+
+            test = mcnemar_exact(sides["compact"]["successes"], sides["json"]["successes"])
+            ab["compact_minus_json"] = sides["compact"]["success_rate"] - sides["json"]["success_rate"]
+            ab["only_compact"], ab["only_json"], ab["mcnemar_p"] = (
+                test["only_a"],
+                test["only_b"],
+                test["p_value"],
+            )
+        report["tool_rendering_ab"] = ab
     report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     print(json.dumps(report, indent=2))
     Path(a.json_out).parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from trace_train.config import SFTArgs
+from trace_train.engine.cached import common_prefix_length
 from trace_train.envs import make_env, train_reset_seed
 from trace_train.grpo.logprobs import pad_batch, sequence_logprobs, shared_prefix_logprobs
 from trace_train.metrics import peak_rss_mb
@@ -61,16 +62,20 @@ def oracle_trajectories(
 
 
 def token_micro_batches(
-    batch: list[tuple[list[int], list[int]]], max_tokens: int
+    batch: list[tuple[list[int], list[int]]], max_tokens: int, shared_prefix: bool = False
 ) -> list[list[tuple[list[int], list[int]]]]:
     """Split ``batch`` (in order) into runs of sequences of at most ``max_tokens`` tokens together; a longer
-    sequence goes alone."""
+    sequence goes alone. ``shared_prefix``: a sequence costs only its tokens past the prefix it shares with the
+    run's first sequence (the shared-prefix forward computes that prefix once per micro-batch)."""
     out: list[list[tuple[list[int], list[int]]]] = []
     size = 0
     for item in batch:
-        if out and size + len(item[0]) <= max_tokens:
+        cost = len(item[0])
+        if out and shared_prefix:
+            cost -= common_prefix_length([out[-1][0][0], item[0]])
+        if out and size + cost <= max_tokens:
             out[-1].append(item)
-            size += len(item[0])
+            size += cost
         else:
             out.append([item])
             size = len(item[0])
@@ -100,7 +105,7 @@ def backward_batch(
     Returns (loss, tokens seen, agent tokens trained)."""
     n_agent = sum(sum(m[1:]) for _, m in batch)  # the first token has no prediction
     loss_value, seen, trained = 0.0, 0, 0
-    for micro in token_micro_batches(batch, micro_batch_tokens):
+    for micro in token_micro_batches(batch, micro_batch_tokens, shared_prefix=engine != "simple"):
         logp, tmask = _agent_logprobs(model, policy, micro, engine)
         loss = -(logp * tmask).sum() / max(n_agent, 1)
         loss.backward()

@@ -125,3 +125,17 @@ def test_no_shared_prefix_and_single_sequence():
             ref, rm = sequence_logprobs(model, ids, attn, pmask, share_prefix=False)
             got, gm = shared_prefix_logprobs(model, s, m, pad)
         assert torch.equal(rm, gm) and torch.allclose(ref * rm, got * gm, atol=1e-5)
+
+
+def test_a_batch_without_policy_tokens_still_backpropagates():
+    """A micro-batch whose policy tokens were all cut (length cap) gives zero log-probs and mask, and a loss
+    that backpropagates zero gradients instead of failing."""
+    model, pad = _lora_model()
+    seqs, masks = _group()
+    masks = [[0] * len(m) for m in masks]
+    logp, tmask = shared_prefix_logprobs(model, seqs, masks, pad)
+    assert tmask.sum() == 0 and logp.abs().sum() == 0
+    loss = -(logp * tmask).sum()
+    loss.backward()
+    grads = [p.grad for n, p in model.named_parameters() if p.requires_grad]
+    assert grads and all(g is not None and g.abs().sum() == 0 for g in grads)

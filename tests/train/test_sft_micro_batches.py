@@ -18,6 +18,14 @@ def test_micro_batches_keep_order_and_budget():
     assert [item for m in micro for item in m] == batch  # nothing lost, nothing reordered
 
 
+def test_shared_prefix_tokens_count_once():
+    prefix = list(range(100, 140))
+    batch = [(prefix + [i] * 10, [0] * 40 + [1] * 10) for i in range(5)]  # 50 tokens each, 40 shared
+    assert [len(m) for m in token_micro_batches(batch, 60)] == [1, 1, 1, 1, 1]
+    assert [len(m) for m in token_micro_batches(batch, 60, shared_prefix=True)] == [2, 2, 1]
+    assert [len(m) for m in token_micro_batches(batch, 90, shared_prefix=True)] == [5]
+
+
 def _batch(seed=0):
     g = torch.Generator().manual_seed(seed)
     prefix = torch.randint(3, 200, (30,), generator=g).tolist()

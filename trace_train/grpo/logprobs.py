@@ -212,4 +212,8 @@ def shared_prefix_logprobs(
         ci = torch.tensor(tgt_pos, device=device) - 1 - first
         logp = logp.index_put((si, ci), lp)
         tmask[si, ci] = 1.0
+    elif torch.is_grad_enabled() and hidden.requires_grad:
+        # no policy token left (e.g. all cut by a length cap): still a graph, so backward gives zero gradients
+        # (and data-parallel ranks stay in step) instead of failing
+        logp = logp + 0.0 * hidden.sum()
     return logp, tmask
