@@ -173,9 +173,10 @@ class SFTArgs(LoraArgs):
     # "simple": padded batches (the previous path)
     engine: str = "cached"
     tool_format: str = "json"  # json | compact (see GRPOArgs)
-    # tokens per forward/backward: a batch is split into micro-batches of at most this many tokens (at least one
-    # sequence each) whose gradients add up to the whole batch's; activation memory grows with it (~0.7 MB per
-    # token for SmolLM2-135M in bf16)
+    # tokens per forward/backward: a batch is split into micro-batches of at most this many tokens (a shared
+    # prefix counted once; at least one sequence each) whose gradients add up to the whole batch's. Activation
+    # memory grows with it: SmolLM2-135M in bf16 needs roughly 1.2 GB per 1,000 tokens (a 16k-token micro-batch
+    # passed 20 GB here), so 8192 peaks near 10 GB; use 4096 (one retail conversation at a time) on 8 GB
     micro_batch_tokens: int = 8192
 
     def __post_init__(self) -> None:
