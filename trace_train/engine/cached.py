@@ -6,9 +6,11 @@ it prefills only what its cache does not hold yet (the previous turn's last gene
 the next generation prompt), then decodes all conversations together, one token per row per step.
 
 - Shared prefix: at the first turn, the longest common prefix of all prompts (the system prompt and tool
-  schemas: ~2,600 SmolLM2 tokens on retail) is prefilled once as a single row and copied into every row. The
-  engine keeps it, and the next session reuses the part it shares, while the trainable weights are unchanged
-  (their in-place versions are the fingerprint: an optimiser step invalidates it).
+  schemas: ~2,600 SmolLM2 tokens on retail) is prefilled once as a single row. On CPU with sdpa attention the
+  rows then hold only what follows it and attend to it through the ``shared_prefix`` attention
+  (:mod:`trace_train.engine.attention`); elsewhere it is copied into every row. The engine keeps it, and the
+  next session reuses the part it shares, while the trainable weights are unchanged (their in-place versions
+  are the fingerprint: an optimiser step invalidates it).
 - Ragged batch: see :class:`trace_train.engine.cache.RaggedCache` (no re-padding per turn; finished
   conversations leave the batch; holes are squeezed out when they pass ``max_hole_fraction``).
 - Sampling: :func:`trace_train.engine.sampling.next_tokens`, transformers' own warpers, so the distribution is
