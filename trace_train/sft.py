@@ -20,7 +20,13 @@ import torch
 from trace_train.config import SFTArgs
 from trace_train.engine.cached import common_prefix_length
 from trace_train.envs import make_env, train_reset_seed
-from trace_train.grpo.logprobs import pad_batch, sequence_logprobs, shared_prefix_logprobs
+from trace_train.grpo.logprobs import (
+    PrefixKV,
+    pad_batch,
+    sequence_logprobs,
+    shared_prefix_length,
+    shared_prefix_logprobs,
+)
 from trace_train.metrics import peak_rss_mb
 from trace_train.policies.base import SamplingConfig
 from trace_train.policies.hf import HFPolicy, ensure_lora
@@ -82,7 +88,9 @@ def token_micro_batches(
     return out
 
 
-def _agent_logprobs(model, policy: HFPolicy, micro, engine: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _agent_logprobs(
+    model, policy: HFPolicy, micro, engine: str, prefix: PrefixKV | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     seqs, masks = [x for x, _ in micro], [m for _, m in micro]
     pad = policy.tokenizer.pad_token_id
     if engine == "simple":  # padded batch, one forward per sequence
@@ -90,7 +98,7 @@ def _agent_logprobs(model, policy: HFPolicy, micro, engine: str) -> tuple[torch.
         dev = policy.device  # the GPU when from_pretrained found one
         return sequence_logprobs(model, ids.to(dev), attn.to(dev), pmask.to(dev), share_prefix=False)
     # the shared system/tools prefix once, the rest packed, LM head on agent tokens only
-    return shared_prefix_logprobs(model, seqs, masks, pad)
+    return shared_prefix_logprobs(model, seqs, masks, pad, prefix=prefix)
 
 
 def backward_batch(
@@ -102,16 +110,31 @@ def backward_batch(
 ) -> tuple[float, int, int]:
     """Backpropagate the token-level NLL of ``batch``'s agent tokens (the mean over all of them), one
     micro-batch of at most ``micro_batch_tokens`` tokens at a time: the gradients add up to the whole batch's.
-    Returns (loss, tokens seen, agent tokens trained)."""
+
+    With the cached engine the prefix the whole batch shares (system prompt and tools) is computed once per
+    batch (:class:`PrefixKV`) and does not count against ``micro_batch_tokens``: micro-batches hold only what
+    follows it. Returns (loss, tokens seen, agent tokens trained)."""
     n_agent = sum(sum(m[1:]) for _, m in batch)  # the first token has no prediction
+    prefix = None
+    if engine != "simple":
+        shared = shared_prefix_length([x for x, _ in batch], [m for _, m in batch])
+        prefix = PrefixKV.compute(model, batch[0][0][:shared])
+    rest = batch if prefix is None else [(x[len(prefix) :], m[len(prefix) :]) for x, m in batch]
     loss_value, seen, trained = 0.0, 0, 0
-    for micro in token_micro_batches(batch, micro_batch_tokens, shared_prefix=engine != "simple"):
-        logp, tmask = _agent_logprobs(model, policy, micro, engine)
+    for micro_rest in token_micro_batches(rest, micro_batch_tokens, shared_prefix=engine != "simple"):
+        micro = (
+            micro_rest
+            if prefix is None
+            else [(prefix.tokens + x, [0] * len(prefix) + m) for x, m in micro_rest]
+        )
+        logp, tmask = _agent_logprobs(model, policy, micro, engine, prefix)
         loss = -(logp * tmask).sum() / max(n_agent, 1)
         loss.backward()
         loss_value += loss.item()
         seen += sum(len(x) for x, _ in micro)
         trained += int(tmask.sum())
+    if prefix is not None:
+        prefix.backward()
     return loss_value, seen, trained
 
 

@@ -139,3 +139,48 @@ def test_a_batch_without_policy_tokens_still_backpropagates():
     loss.backward()
     grads = [p.grad for n, p in model.named_parameters() if p.requires_grad]
     assert grads and all(g is not None and g.abs().sum() == 0 for g in grads)
+
+
+def test_a_prefix_computed_once_for_several_micro_batches_gives_the_same_gradients():
+    """PrefixKV: micro-batches read the prefix's keys/values computed once per batch; their gradients add up
+    on it and one backward sends them through the prefix: equal to recomputing it in every micro-batch."""
+    from trace_train.grpo.logprobs import PrefixKV, shared_prefix_length
+
+    model, pad = _lora_model()
+    seqs, masks = _group()
+    shared = shared_prefix_length(seqs, masks)
+    assert shared >= 40
+
+    def run(use_prefix: bool):
+        model.zero_grad(set_to_none=True)
+        prefix = PrefixKV.compute(model, seqs[0][:shared]) if use_prefix else None
+        values = []
+        for part in (slice(0, 2), slice(2, 3), slice(3, 6)):  # uneven micro-batches, one of a single sequence
+            logp, tmask = shared_prefix_logprobs(model, seqs[part], masks[part], pad, prefix=prefix)
+            loss = -(logp * tmask).sum() / 100.0
+            loss.backward()
+            values.append(logp.detach() * tmask)
+        if prefix is not None:
+            prefix.backward()
+        return values, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    ref_values, ref_grads = run(False)
+    got_values, got_grads = run(True)
+    for a, b in zip(ref_values, got_values, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert ref_grads and ref_grads.keys() == got_grads.keys()
+    for name in ref_grads:
+        torch.testing.assert_close(got_grads[name], ref_grads[name], atol=1e-6, rtol=1e-4)
+
+
+def test_a_prefix_that_does_not_fit_the_sequences_is_refused():
+    from trace_train.grpo.logprobs import PrefixKV
+
+    model, pad = _lora_model()
+    seqs, masks = _group()
+    prefix = PrefixKV.compute(model, seqs[0][:20])
+    with pytest.raises(ValueError, match="start with the given prefix"):
+        shared_prefix_logprobs(model, [[1, 2] + seqs[0]], [[0, 0] + masks[0]], pad, prefix=prefix)
+    long_prefix = PrefixKV.compute(model, seqs[0][: masks[0].index(1) + 2])  # a policy token inside it
+    with pytest.raises(ValueError, match="policy token"):
+        shared_prefix_logprobs(model, seqs[:1], masks[:1], pad, prefix=long_prefix)

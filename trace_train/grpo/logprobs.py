@@ -9,6 +9,9 @@ Two ways to get the same numbers (tested equal, gradients included):
   computed once, with gradient, as one row; the rest of every sequence is packed several to a row (no padding
   waste) and attends to the prefix's keys/values and to its own earlier tokens only (a 4-D mask); the LM head
   runs only on the hidden states that predict a policy token (gathered before ``lm_head``).
+- :class:`PrefixKV`: the same prefix shared by *several* micro-batches (an SFT batch or a GRPO minibatch split
+  to bound memory) is computed once per batch, not once per micro-batch: micro-batches read detached copies of
+  its keys/values, their gradients add up there, and one backward pushes the sum through the prefix's forward.
 
 Log-probs are those of the distribution the tokens were sampled from: logits divided by the sampling temperature,
 and with top-k / top-p renormalised over the kept tokens (:func:`trace_train.engine.sampling.target_logprobs`,
@@ -16,6 +19,8 @@ the sampler's own warpers). Greedy decoding (temperature 0) is scored at tempera
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
@@ -119,6 +124,76 @@ def _pack(lengths: list[int], capacity: int) -> list[list[int]]:
     return rows
 
 
+def shared_prefix_length(seqs: list[list[int]], masks: list[list[int]]) -> int:
+    """Tokens every sequence shares before the position that predicts the earliest policy token of any."""
+    if len(seqs) < 2:
+        return 0
+    firsts = [next((j for j, x in enumerate(m) if x), len(m)) for m in masks]
+    return max(0, min(common_prefix_length(seqs), min(firsts) - 1))
+
+
+@dataclass
+class PrefixKV:
+    """A shared prefix's keys/values, computed once (with gradient when enabled) for several micro-batches.
+
+    ``keys``/``values`` hold the prefix forward's graph; micro-batches attend to the detached leaves
+    (``cache()``), so their backward passes stop there and accumulate into the leaves' ``.grad``;
+    :meth:`backward` then sends that sum through the prefix forward once. The gradients equal those of
+    recomputing the prefix in every micro-batch (tested), at the cost of one prefix forward and backward.
+    """
+
+    tokens: list[int]
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    leaf_keys: list[torch.Tensor]
+    leaf_values: list[torch.Tensor]
+
+    @classmethod
+    def compute(cls, model: torch.nn.Module, tokens: list[int]) -> PrefixKV | None:
+        """The prefix's keys/values, or None where :func:`shared_prefix_logprobs` would not use them (no
+        decoder/head split, gradient checkpointing in training, an empty prefix)."""
+        decoder, head = _decoder_and_head(model)
+        if (
+            not tokens
+            or decoder is None
+            or (_checkpointing(decoder) and torch.is_grad_enabled() and model.training)
+        ):
+            return None
+        device = next(model.parameters()).device
+        cache = DynamicCache()
+        decoder(
+            input_ids=torch.tensor([tokens], dtype=torch.long, device=device), cache=cache, use_cache=True
+        )
+        keys = [layer.keys for layer in cache.layers]
+        values = [layer.values for layer in cache.layers]
+
+        def leaf(t: torch.Tensor) -> torch.Tensor:
+            return t.detach().requires_grad_(t.requires_grad)
+
+        return cls(list(tokens), keys, values, [leaf(k) for k in keys], [leaf(v) for v in values])
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def cache(self, rows: int) -> DynamicCache:
+        """A fresh cache whose layers start with the prefix, viewed (not copied) for ``rows`` rows."""
+        cache = DynamicCache()
+        for i, (k, v) in enumerate(zip(self.leaf_keys, self.leaf_values, strict=True)):
+            cache.update(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1), i)
+        return cache
+
+    def backward(self) -> None:
+        """Push the gradients the micro-batches left on the leaves through the prefix forward (once)."""
+        pairs = [
+            (t, leaf.grad)
+            for t, leaf in zip(self.keys + self.values, self.leaf_keys + self.leaf_values, strict=True)
+            if t.requires_grad and leaf.grad is not None
+        ]
+        if pairs:
+            torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+        self.keys = self.values = []  # the graph is spent; free it
+
+
 def shared_prefix_logprobs(
     model: torch.nn.Module,
     seqs: list[list[int]],
@@ -127,6 +202,7 @@ def shared_prefix_logprobs(
     sampling: SamplingConfig | None = None,
     temperature: float | None = None,
     row_tokens: int | None = None,
+    prefix: PrefixKV | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The same ``(logp, tmask)`` ``[B, K]`` as :func:`sequence_logprobs` over ``pad_batch(seqs, masks)``,
     computing the shared prefix once and packing the rest (see the module docstring).
@@ -134,6 +210,8 @@ def shared_prefix_logprobs(
     ``row_tokens``: tokens per packed row (default: the longest remainder; larger packs more per row).
     Models without ``get_decoder``/``get_output_embeddings``, or with gradient checkpointing on (which drops
     caches), take the :func:`sequence_logprobs` path.
+    ``prefix``: keys/values of a prefix every sequence starts with, computed once for several calls
+    (:class:`PrefixKV`); the caller runs ``prefix.backward()`` after the calls' backward passes.
     """
     sampling = _sampling(sampling, temperature)
     device = next(model.parameters()).device
@@ -144,13 +222,22 @@ def shared_prefix_logprobs(
     if any(len(m) != len(s) for s, m in zip(seqs, masks, strict=True)):
         raise ValueError("every mask must have its sequence's length")
     firsts = [next((j for j, x in enumerate(m) if x), len(m)) for m in masks]
-    # the prefix ends before the position that predicts the earliest policy token of any sequence
-    shared = max(0, min(common_prefix_length(seqs), min(firsts) - 1)) if len(seqs) > 1 else 0
     cache = None
-    if shared:
-        prefix = torch.tensor([seqs[0][:shared]], dtype=torch.long, device=device)
-        cache = DynamicCache()
-        decoder(input_ids=prefix, cache=cache, use_cache=True)
+    if prefix is not None:
+        shared = len(prefix)
+        for s, f in zip(seqs, firsts, strict=True):
+            if len(s) <= shared or s[:shared] != prefix.tokens or f <= shared:
+                raise ValueError(
+                    "every sequence must start with the given prefix, continue past it and have no policy "
+                    "token predicted inside it"
+                )
+    else:
+        # the prefix ends before the position that predicts the earliest policy token of any sequence
+        shared = shared_prefix_length(seqs, masks)
+        if shared:
+            ids0 = torch.tensor([seqs[0][:shared]], dtype=torch.long, device=device)
+            cache = DynamicCache()
+            decoder(input_ids=ids0, cache=cache, use_cache=True)
     rests = [s[shared:] for s in seqs]
     capacity = max(row_tokens or 0, max(len(r) for r in rests))
     rows = _pack([len(r) for r in rests], capacity)
@@ -177,7 +264,9 @@ def shared_prefix_logprobs(
     prefix_cols = (seg >= 0)[:, :, None].expand(-1, -1, shared)
     allowed = torch.cat([prefix_cols, allowed], dim=2)
     mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    if cache is not None:  # every row reads the one prefix row
+    if prefix is not None and shared:
+        cache = prefix.cache(n_rows)
+    elif cache is not None:  # every row reads the one prefix row
         for layer in cache.layers:
             layer.keys = layer.keys.expand(n_rows, -1, -1, -1)
             layer.values = layer.values.expand(n_rows, -1, -1, -1)
