@@ -113,3 +113,53 @@ def test_same_seed_same_run(tiny_model_dir, tmp_path):
     keys = ("reward_mean", "loss", "grad_norm", "clip_fraction", "mismatch_abs_mean")
     assert [[step[k] for k in keys] for step in m_a] == [[step[k] for k in keys] for step in m_b]
     assert w_a.keys() == w_b.keys() and all(torch.equal(w_a[k], w_b[k]) for k in w_a)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.05])
+def test_micro_batches_sharing_one_prefix_give_the_gradients_of_one_batch(tiny_model_dir, tmp_path, beta):
+    """With the cached engine a minibatch's shared prompt prefix is computed once for all its micro-batches
+    (PrefixKV): the update's gradients (with the old-policy and KL-reference log-probs, also computed with the
+    prefix once) equal those of one micro-batch."""
+    from trace_train.rollout import RolloutStats
+
+    args = _args(tmp_path, tiny_model_dir, temperature=1.0, micro_batch_size=4, beta=beta, ppo_epochs=2)
+    trainer = GRPOTrainer(args)
+    with torch.no_grad():  # non-zero B so that every LoRA weight gets a gradient
+        for n, p in trainer.policy.model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.05)
+    trajs, _ = trainer.collect_groups(RolloutStats())
+    start = {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
+    used: list[bool] = []
+    real_prefix = trainer._batch_prefix
+    trainer._batch_prefix = lambda *a: used.append((p := real_prefix(*a)) is not None) or p
+
+    def grads_with(micro: int) -> list[dict[str, torch.Tensor]]:
+        trainer.policy.model.load_state_dict(start)
+        trainer.args.micro_batch_size = micro
+        trainer.optimizer.state.clear()
+        seen: list[dict[str, torch.Tensor]] = []
+        real_clip = trainer._clip_and_check
+
+        def spy():
+            seen.append(
+                {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+            )
+            return real_clip()
+
+        trainer._clip_and_check = spy
+        trainer.optimise(trajs)
+        trainer._clip_and_check = real_clip
+        return seen
+
+    whole = grads_with(4)
+    assert used and not any(used)  # one micro-batch: nothing to share across
+    used.clear()
+    split = grads_with(1)
+    assert used and all(used)
+    # the first update only: later ones start from weights that Adam moved by ~lr*sign(g), which amplifies
+    # float noise in near-zero gradients
+    a, b = whole[0], split[0]
+    assert len(whole) == len(split) == 2 and a and a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], atol=1e-6, rtol=1e-4)

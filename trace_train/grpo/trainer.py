@@ -26,7 +26,13 @@ from trace_train.config import GRPOArgs
 from trace_train.envs import check_train_tasks, make_env, train_reset_seed
 from trace_train.grpo.advantages import group_advantages, informative_groups
 from trace_train.grpo.checkpoint import load_checkpoint, save_checkpoint
-from trace_train.grpo.logprobs import pad_batch, sequence_logprobs
+from trace_train.grpo.logprobs import (
+    PrefixKV,
+    pad_batch,
+    sequence_logprobs,
+    shared_prefix_length,
+    shared_prefix_logprobs,
+)
 from trace_train.grpo.losses import (
     global_normaliser,
     normaliser,
@@ -227,14 +233,26 @@ class GRPOTrainer:
         return trajs, metrics
 
     # ----- optimisation -----------------------------------------------------------------------------
-    def _logprobs(self, model, seqs, masks):
-        ids, attn, pmask = pad_batch(seqs, masks, self.policy.tokenizer.pad_token_id)
-        dev = self.acc.device
+    def _logprobs(self, model, seqs, masks, prefix: PrefixKV | None = None):
+        pad = self.policy.tokenizer.pad_token_id
         # at the sampling temperature, with the sampler's top-p: the distribution the tokens came from
+        if prefix is not None:
+            return shared_prefix_logprobs(model, seqs, masks, pad, sampling=self.sampling, prefix=prefix)
+        ids, attn, pmask = pad_batch(seqs, masks, pad)
+        dev = self.acc.device
         share = self.args.engine != "simple"  # cached: the shared prefix once, packed rows (issue 9)
         return sequence_logprobs(
             model, ids.to(dev), attn.to(dev), pmask.to(dev), sampling=self.sampling, share_prefix=share
         )
+
+    def _batch_prefix(self, model, seqs, masks) -> PrefixKV | None:
+        """The prefix ``seqs`` share (the task prompt within a group, the system/tools prompt across groups),
+        computed once for all their micro-batches: cached engine, one process (a backward outside the DDP
+        wrapper would not be all-reduced), and only when the minibatch spans more than one micro-batch."""
+        if self.args.engine == "simple" or self.world > 1 or len(seqs) <= self.args.micro_batch_size:
+            return None
+        shared = shared_prefix_length(seqs, masks)
+        return PrefixKV.compute(model, seqs[0][:shared]) if shared else None
 
     @torch.no_grad()
     def _frozen_logprobs(self, seqs, masks, ref: bool) -> list[torch.Tensor]:
@@ -243,13 +261,11 @@ class GRPOTrainer:
         out: list[torch.Tensor] = []
         mb = self.args.micro_batch_size
         model = self.policy.model
-        for s in range(0, len(seqs), mb):
-            if ref:
-                with model.disable_adapter():
-                    logp, tmask = self._logprobs(model, seqs[s : s + mb], masks[s : s + mb])
-            else:
-                logp, tmask = self._logprobs(model, seqs[s : s + mb], masks[s : s + mb])
-            out += [row[m > 0] for row, m in zip(logp, tmask, strict=True)]
+        with model.disable_adapter() if ref else contextlib.nullcontext():
+            prefix = self._batch_prefix(model, seqs, masks)
+            for s in range(0, len(seqs), mb):
+                logp, tmask = self._logprobs(model, seqs[s : s + mb], masks[s : s + mb], prefix)
+                out += [row[m > 0] for row, m in zip(logp, tmask, strict=True)]
         return out
 
     def _all_reduce_sum(self, value: float) -> float:
@@ -298,11 +314,13 @@ class GRPOTrainer:
                     mb_idx[s : s + a.micro_batch_size] for s in range(0, len(mb_idx), a.micro_batch_size)
                 ]
                 mb_loss = 0.0
+                mb_seqs, mb_masks = [seqs[i] for i in mb_idx], [masks[i] for i in mb_idx]
+                prefix = self._batch_prefix(self.model, mb_seqs, mb_masks)
                 for k, idx in enumerate(micro):
                     ctx = self.acc.no_sync(self.model) if k < len(micro) - 1 else contextlib.nullcontext()
                     with ctx:
                         logp, tmask = self._logprobs(
-                            self.model, [seqs[i] for i in idx], [masks[i] for i in idx]
+                            self.model, [seqs[i] for i in idx], [masks[i] for i in idx], prefix
                         )
                         old_logp = (
                             _scatter([old_cache[i] for i in idx], tmask) if old_cache else logp.detach()
@@ -332,6 +350,8 @@ class GRPOTrainer:
                         for key in MISMATCH_KEYS:
                             mismatch[key] += mm[key]
                     trained_tokens += n_tok
+                if prefix is not None:  # the micro-batches' gradients on the shared prefix, through it once
+                    prefix.backward()
                 losses.append(mb_loss)
                 grad_norm = self._clip_and_check()
                 if grad_norm is None:  # non-finite gradient: skip this update, keep the run alive
