@@ -58,6 +58,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         grpo_turns=10,
         grpo_tokens=96,
         sft_episodes=32,
+        sft_batch=8,  # one optimiser step per 8 episodes: the prefix is computed once per batch
         trl_prompts=4,
         trl_group=8,
         trl_tokens=64,
@@ -80,6 +81,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         grpo_turns=2,
         grpo_tokens=8,
         sft_episodes=2,
+        sft_batch=2,
         trl_prompts=2,
         trl_group=2,
         trl_tokens=4,
@@ -102,6 +104,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         grpo_turns=2,
         grpo_tokens=32,
         sft_episodes=2,
+        sft_batch=2,
         trl_prompts=4,
         trl_group=8,
         trl_tokens=64,
@@ -221,7 +224,7 @@ def side_grpo(
     }
 
 
-def side_sft(engine: str, episodes: int, model: str, dtype: str) -> dict[str, Any]:
+def side_sft(engine: str, episodes: int, batch: int, model: str, dtype: str) -> dict[str, Any]:
     from trace_train.config import SFTArgs
     from trace_train.sft import run_sft
 
@@ -231,7 +234,7 @@ def side_sft(engine: str, episodes: int, model: str, dtype: str) -> dict[str, An
         out=tempfile.mkdtemp(prefix=f"bench-sft-{engine}-"),
         episodes=episodes,
         epochs=1,
-        batch_size=4,
+        batch_size=batch,
         difficulty=2,
         max_turns=30,
         dtype=dtype,
@@ -492,8 +495,9 @@ def main() -> None:
         }
     if 3 in figures:
         print("3. SFT on retail oracle episodes, simple vs cached", flush=True)
-        s = run_side("sft", t, engine="simple", episodes=z["sft_episodes"], model=a.model, dtype="bfloat16")
-        c = run_side("sft", t, engine="cached", episodes=z["sft_episodes"], model=a.model, dtype="bfloat16")
+        sizes = dict(episodes=z["sft_episodes"], batch=z["sft_batch"], model=a.model, dtype="bfloat16")
+        s = run_side("sft", t, engine="simple", **sizes)
+        c = run_side("sft", t, engine="cached", **sizes)
         report["sft"] = {
             "simple": s,
             "cached": c,
