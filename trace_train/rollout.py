@@ -220,11 +220,16 @@ def collect(
 
 
 def _engine_generator(policy: HFPolicy, sampling: SamplingConfig, engine: str) -> Generator:
-    """The policy's own ``generate_with_logprobs`` for ``simple`` and for policies that override it (they
-    customise decoding, e.g. a router that forces an adapter per episode); else the cached engine."""
+    """The policy's own ``generate_with_logprobs`` for ``simple``; for ``cached``, the policy's
+    ``engine_session(sampling)`` when it has one (policies that customise decoding on the cached engine, e.g.
+    a router that serves each episode with one adapter), else its own ``generate_with_logprobs`` when it
+    overrides it, else the cached engine."""
     custom = type(policy).generate_with_logprobs is not HFPolicy.generate_with_logprobs
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINES)}")
+    own_session = getattr(policy, "engine_session", None)
+    if engine == "cached" and callable(own_session):
+        return own_session(sampling)
     if engine == "simple" or custom:
         return lambda prompts, _idx, _turn: policy.generate_with_logprobs(prompts, sampling)
     if engine == "cached":

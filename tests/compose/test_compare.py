@@ -105,13 +105,14 @@ def test_task_router_serves_each_episode_with_its_adapter(composition, monkeypat
         assert out == alone
 
 
-def _episodes(policy, env_id="traintest/lookup-v0", n=2):
+def _episodes(policy, env_id="traintest/lookup-v0", n=2, engine=None):
     from trace_train.envs import make_env
     from trace_train.rollout import ResetSpec, collect
 
     envs = [make_env(env_id) for _ in range(n)]
     specs = [ResetSpec(seed=i, group=i) for i in range(n)]
-    trajs = collect(policy, envs, specs, SamplingConfig(temperature=0.0, max_new_tokens=6), max_turns=2)
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=6)
+    trajs = collect(policy, envs, specs, sampling, max_turns=2, engine=engine)
     return [t.token_ids for t in trajs]
 
 
@@ -130,14 +131,35 @@ def test_slot_policy_is_the_adapter_on_the_cached_engine(composition, adapters, 
 
 
 def test_moe_policy_same_on_cached_and_simple_engines(composition):
+    """The MoE runs on the cached engine (recording or not) with the simple engine's tokens, and the gate
+    choices it records as it decodes are the ones a teacher-forced replay reads."""
     from trace_train.compose.baselines import MoEPolicy
 
     randomise_gates(composition, seed=6)
-    cached = MoEPolicy(composition, composition.tokenizer)
-    recording = MoEPolicy(composition, composition.tokenizer, record_choices=True)
-    assert (cached.engine, recording.engine) == ("cached", "simple")
-    assert _episodes(cached) == _episodes(recording)
-    assert len({slot for (_, _, slot) in recording.choices}) > 1
+    plain = MoEPolicy(composition, composition.tokenizer)
+    cached = MoEPolicy(composition, composition.tokenizer, record_choices=True)
+    simple = MoEPolicy(composition, composition.tokenizer, record_choices=True)
+    assert plain.engine == cached.engine == "cached"
+    reference = _episodes(simple, n=3, engine="simple")
+    assert _episodes(plain, n=3) == reference
+    assert _episodes(cached, n=3) == reference
+    assert len({slot for (_, _, slot) in cached.choices}) > 1
+    assert sum(cached.choices.values()) == sum(simple.choices.values()) > 0
+    differ = sum((cached.choices - simple.choices).values())
+    assert differ <= 0.01 * sum(simple.choices.values())  # float noise may flip a near-tied gate
+
+
+def test_task_router_on_the_cached_engine_equals_the_simple_engine(composition, monkeypatch):
+    """The router's cached-engine rollouts (one engine per slot) give the simple engine's tokens."""
+    policies = []
+    for _ in range(2):
+        router = TaskRouterPolicy(composition, composition.tokenizer, composition.adapters)
+        order = iter([1, 3, 0])  # episodes 0, 1, 2 (classified in that order) get adapter 1, adapter 3, base
+        monkeypatch.setattr(router, "classify", lambda prompt, order=order: next(order))
+        policies.append(router)
+    cached = _episodes(policies[0], n=3)
+    assert cached == _episodes(policies[1], n=3, engine="simple")
+    assert sorted(policies[0].__dict__["_slot_engines"]) == [0, 1, 3]  # one cached engine per slot used
 
 
 def test_pipeline_entry_points(composition, compose_base, adapters, tmp_path):

@@ -13,8 +13,9 @@
   train it, so it is reported as such).
 
 All are :class:`HFPolicy` subclasses or instances, so ``trace_train.evaluate.evaluate`` runs them through the
-token-level rollout engines on the same seeds (the router and the recording MoE on the ``simple`` engine: one
-``generate`` per turn; the others on the default cached engine).
+token-level rollout engines on the same seeds, by default the cached engine: the router keeps one cached
+engine per slot (an episode's adapter is fixed at its first turn), the recording MoE reads the gates' choices
+as the engine decodes.
 """
 
 from __future__ import annotations
@@ -55,18 +56,16 @@ class SlotPolicy(HFPolicy):
 class MoEPolicy(HFPolicy):
     """Token-level top-1 routing by the trained gates.
 
-    With ``record_choices`` (simple engine: it needs each turn's prompt and output) every generated turn is
-    replayed once, teacher-forced, to read the slot each layer chose at the positions that produced the
-    turn's tokens (routing is a deterministic function of the prefix, so this equals what generation chose);
-    counts are kept per (``self.context``, turn type, slot). Without it the policy runs on any engine.
+    With ``record_choices`` the slot each layer chose is counted per (``self.context``, turn type, slot) at the
+    positions that produced a turn's tokens after its first (the first comes from the chunked prefill of the
+    env's reply): on the cached engine as it decodes, on the simple engine by replaying the turn once,
+    teacher-forced (routing is a deterministic function of the prefix, so both count the same choices).
     """
 
     def __init__(
         self, composition: Composition, tokenizer: Any, record_choices: bool = False, name: str = "moe"
     ):
-        super().__init__(
-            composition.model, tokenizer, name=name, engine="simple" if record_choices else "cached"
-        )
+        super().__init__(composition.model, tokenizer, name=name)
         self.composition = composition
         self.record_choices = record_choices
         self.context = "target"
@@ -76,6 +75,39 @@ class MoEPolicy(HFPolicy):
     def _generation_context(self) -> Iterator[None]:
         with super()._generation_context(), self.composition.forced(None):
             yield
+
+    def engine_session(self, sampling: SamplingConfig):
+        """A cached-engine session; when recording, the decode steps' gate logits are counted per turn."""
+        from trace_train.engine import engine_for
+
+        session = engine_for(self).session(sampling)
+        if not self.record_choices:
+            return session
+
+        def generate(prompts: list[list[int]], active: list[int], turn: int):
+            with self.composition.recording() as logs:
+                outs, lps = session(prompts, active, turn)
+            self._count_decode_steps(logs, outs)
+            return outs, lps
+
+        return generate
+
+    def _count_decode_steps(self, logs: list[list[torch.Tensor]], outs: list[list[int]]) -> None:
+        # the last max(len) - 1 forwards of a turn are its decode steps, one row per conversation in order;
+        # step j's row r produced token j + 1 of that row's output (when it has one)
+        steps = max((len(o) for o in outs), default=0) - 1
+        if steps <= 0:
+            return
+        names = self.composition.slot_names
+        kinds = ["tool call" if TOOL_CALL.search(self.decode(o)) else "reply" for o in outs]
+        for layer in logs:
+            for j, logits in enumerate(layer[-steps:]):
+                if logits.shape[0] != len(outs):
+                    raise RuntimeError(f"a decode step routed {logits.shape[0]} rows for {len(outs)} outputs")
+                chosen = logits.argmax(-1).tolist()
+                for r, out in enumerate(outs):
+                    if len(out) > j + 1:
+                        self.choices[(self.context, kinds[r], names[chosen[r]])] += 1
 
     def generate_with_logprobs(
         self, prompts: list[list[int]], sampling: SamplingConfig, logprobs: bool = True
@@ -95,7 +127,7 @@ class MoEPolicy(HFPolicy):
             with self.composition.recording() as logs:
                 self.model(input_ids=seq, logits_to_keep=1, use_cache=False)
             kind = "tool call" if TOOL_CALL.search(self.decode(new)) else "reply"
-            first = len(prompt) - 1  # the position that produced new[0]
+            first = len(prompt)  # the position that produced new[1] (as on the cached engine)
             for layer in logs:
                 slots = layer[0][first:].argmax(-1).tolist()
                 for s in slots:
@@ -164,6 +196,42 @@ class TaskRouterPolicy(HFPolicy):
         while len(self.cache) > 512:
             self.cache.popitem(last=False)
         return slot
+
+    def _slot_engine(self, slot: int):
+        """One cached engine per slot: a kept shared prefix must never cross slots (the weights differ)."""
+        from trace_train.engine import CachedEngine
+
+        engines = self.__dict__.setdefault("_slot_engines", {})
+        if slot not in engines:
+
+            @contextlib.contextmanager
+            def forced() -> Iterator[None]:
+                with HFPolicy._generation_context(self), self.composition.forced(slot):
+                    yield
+
+            engines[slot] = CachedEngine(
+                self.model, self.eos_ids, self.tokenizer.pad_token_id, generation_context=forced
+            )
+        return engines[slot]
+
+    def engine_session(self, sampling: SamplingConfig):
+        """Cached-engine rollouts: each episode's conversations go to the session of its slot."""
+        sessions: dict[int, Any] = {}
+
+        def generate(prompts: list[list[int]], active: list[int], turn: int):
+            slots = [self.slot_for(p) for p in prompts]
+            outs: list[list[int]] = [[] for _ in prompts]
+            lps: list[list[float]] = [[] for _ in prompts]
+            for slot in sorted(set(slots)):
+                rows = [i for i, s in enumerate(slots) if s == slot]
+                if slot not in sessions:
+                    sessions[slot] = self._slot_engine(slot).session(sampling)
+                ids, lp = sessions[slot]([prompts[i] for i in rows], [active[i] for i in rows], turn)
+                for j, i in enumerate(rows):
+                    outs[i], lps[i] = ids[j], lp[j]
+            return outs, lps
+
+        return generate
 
     def generate_with_logprobs(
         self, prompts: list[list[int]], sampling: SamplingConfig, logprobs: bool = True
