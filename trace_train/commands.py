@@ -108,6 +108,7 @@ def cmd_evaluate(ns: argparse.Namespace) -> int:
             seed_offset=ns.seed_offset,
             difficulty=ns.difficulty,
             out_jsonl=out,
+            max_total_tokens=ns.max_total_tokens,
         )
     except ValueError as e:  # bad flag values, seeds outside the split
         print(f"error: {e}", file=sys.stderr)
@@ -168,7 +169,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--batch-size",
         type=int,
         default=32,
-        help="episodes decoded together (more rows per decode step: fewer, better-filled matmuls; default: 32)",
+        help="episodes decoded together; a finished episode's slot starts the next one at once (continuous "
+        "batching; default: 32)",
+    )
+    ev.add_argument(
+        "--max-total-tokens",
+        type=int,
+        default=32768,
+        help="cut a conversation past this many tokens (default: 32768; the env's turn limit normally ends it)",
     )
     ev.add_argument("--dtype", default="float32")
     ev.add_argument(

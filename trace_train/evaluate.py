@@ -11,7 +11,7 @@ from typing import Any
 from trace_train.envs import make_env, reset_seed, tools_of
 from trace_train.policies.base import Policy, SamplingConfig, as_conversation
 from trace_train.policies.hf import HFPolicy
-from trace_train.rollout import ResetSpec, collect
+from trace_train.rollout import ResetSpec, stream_collect
 from trace_train.stats import bootstrap_mean_interval, wilson_interval
 
 
@@ -89,14 +89,19 @@ def evaluate(
     seed_offset: int = 0,
     difficulty: int | None = None,
     out_jsonl: str | Path | None = None,
+    max_total_tokens: int = 32768,
 ) -> EvalResult:
-    """Greedy by default; seeds are ``reset_seed(split, seed_offset + i)`` so test seeds never overlap training."""
+    """Greedy by default; seeds are ``reset_seed(split, seed_offset + i)`` so test seeds never overlap training.
+
+    ``max_total_tokens`` cuts a conversation that grows past it (the env's own turn limit normally ends it first;
+    retail's system prompt alone is ~3.3k SmolLM2 tokens, so a 4k cap would end episodes early)."""
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     for name, value, low in (
         ("episodes", episodes, 1),
         ("batch_size", batch_size, 1),
         ("max_turns", max_turns, 1),
+        ("max_total_tokens", max_total_tokens, 1),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"--{name.replace('_', '-')} must be an integer >= {low}, got {value!r}")
@@ -113,12 +118,13 @@ def evaluate(
             )
             for i in range(episodes)
         ]
-        for b in range(0, len(specs), batch_size):
-            chunk = specs[b : b + batch_size]
-            if isinstance(policy, HFPolicy):
-                trajs = collect(policy, envs[: len(chunk)], chunk, sampling, max_turns)
-                records += [t.to_json() for t in trajs]
-            else:
+        if isinstance(policy, HFPolicy):
+            # continuous batching: up to batch_size conversations at once, a finished one's slot starts the next
+            trajs = stream_collect(policy, envs, specs, sampling, max_turns, max_total_tokens)
+            records = [t.to_json() for t in trajs]
+        else:
+            for b in range(0, len(specs), batch_size):
+                chunk = specs[b : b + batch_size]
                 records += _text_episodes(policy, envs[: len(chunk)], chunk, sampling, max_turns)
     finally:
         for env in envs:

@@ -139,12 +139,113 @@ def collect(
     """
     if len(envs) != len(specs):
         raise ValueError("one env per reset spec")
-    renderer = policy.renderer
     stats = stats if stats is not None else RolloutStats()
     gen = generator or _engine_generator(policy, sampling, engine or getattr(policy, "engine", "cached"))
-    trajs: list[Trajectory] = []
-    tools: list[list[dict[str, Any]]] = []
-    for env, spec in zip(envs, specs, strict=True):
+    episodes = [_Episode.begin(policy, env, spec) for env, spec in zip(envs, specs, strict=True)]
+    active = list(range(len(episodes)))
+    turn = 0
+    while active and turn < max_turns:
+        outputs, logprobs = _generate(gen, [episodes[i].traj.token_ids for i in active], active, turn, stats)
+        t0 = time.perf_counter()
+        still = [
+            i
+            for k, i in enumerate(active)
+            if episodes[i].advance(
+                policy, outputs[k], logprobs[k] if logprobs else None, max_turns, max_total_tokens, stats
+            )
+        ]
+        stats.env_seconds += time.perf_counter() - t0
+        active = still
+        turn += 1
+    return [e.traj for e in episodes]
+
+
+def stream_collect(
+    policy: HFPolicy,
+    envs: Sequence[gym.Env],
+    specs: Sequence[ResetSpec],
+    sampling: SamplingConfig,
+    max_turns: int = 8,
+    max_total_tokens: int = 4096,
+    stats: RolloutStats | None = None,
+    engine: str | None = None,
+    on_finish: Callable[[int, Trajectory], None] | None = None,
+) -> list[Trajectory]:
+    """Run one episode per spec with at most ``len(envs)`` at once (continuous batching): when an episode ends,
+    its env starts the next spec and that conversation joins the running batch at the next turn (on the
+    cached engine when its prompt starts with the batch's kept shared prefix; otherwise it waits for the batch
+    to drain and a new session starts). Each episode runs exactly as in :func:`collect`; ``on_finish(i,
+    trajectory)`` is called as episode ``i`` ends. Returns the trajectories in ``specs`` order."""
+    if not envs:
+        raise ValueError("stream_collect needs at least one env")
+    stats = stats if stats is not None else RolloutStats()
+    engine = engine or getattr(policy, "engine", "cached")
+    pending = list(range(len(specs)))[::-1]  # popped from the end: specs in order
+    free = list(range(len(envs)))[::-1]
+    episodes: dict[int, _Episode] = {}
+    env_of: dict[int, int] = {}
+    waiting: list[int] = []  # begun (env reset), not yet generating
+    active: list[int] = []
+    done: dict[int, Trajectory] = {}
+    gen, used, step = None, False, 0
+    while pending or waiting or active:
+        while free and pending:
+            i, e = pending.pop(), free.pop()
+            episodes[i], env_of[i] = _Episode.begin(policy, envs[e], specs[i]), e
+            waiting.append(i)
+        if not active:  # a fresh session for whoever waits
+            if gen is None or used:
+                gen, used = _engine_generator(policy, sampling, engine), False
+            active, waiting = waiting, []
+        else:
+            can_join = getattr(gen, "can_join", None)
+            joining = [i for i in waiting if can_join is not None and can_join(episodes[i].traj.token_ids)]
+            active += joining
+            waiting = [i for i in waiting if i not in joining]
+        outputs, logprobs = _generate(gen, [episodes[i].traj.token_ids for i in active], active, step, stats)
+        used, step = True, step + 1
+        t0 = time.perf_counter()
+        still = []
+        for k, i in enumerate(active):
+            ep = episodes[i]
+            if ep.advance(
+                policy, outputs[k], logprobs[k] if logprobs else None, max_turns, max_total_tokens, stats
+            ):
+                still.append(i)
+                continue
+            done[i] = ep.traj
+            free.append(env_of.pop(i))
+            del episodes[i]
+            if on_finish is not None:
+                on_finish(i, done[i])
+        stats.env_seconds += time.perf_counter() - t0
+        active = still
+    return [done[i] for i in range(len(specs))]
+
+
+def _generate(
+    gen: Generator, prompts: list[list[int]], active: list[int], turn: int, stats: RolloutStats
+) -> tuple[list[list[int]], list[list[float]] | None]:
+    t0 = time.perf_counter()
+    outputs, logprobs = _split_output(gen(prompts, active, turn), len(active))
+    stats.generate_seconds += time.perf_counter() - t0
+    stats.generate_calls += 1
+    if len(outputs) != len(active) or (logprobs is not None and len(logprobs) != len(active)):
+        raise ValueError(f"the generator answered {len(outputs)} prompts of {len(active)}")
+    return outputs, logprobs
+
+
+@dataclass
+class _Episode:
+    """One conversation of a rollout: its env, trajectory and tool list."""
+
+    env: gym.Env
+    traj: Trajectory
+    tools: list[dict[str, Any]]
+
+    @classmethod
+    def begin(cls, policy: HFPolicy, env: gym.Env, spec: ResetSpec) -> _Episode:
+        renderer = policy.renderer
         obs, info = env.reset(seed=spec.seed, options=spec.options())
         conv = as_conversation(obs)
         env_tools = tools_of(env, info)
@@ -158,65 +259,56 @@ def collect(
         is_hinted = conv and conv[0].get("role") == "system" and conv[0].get("content") != base
         if spec.hint and base is not None and head and is_hinted:
             traj.base_system_ids = renderer.system_segment(base, conv[1:], env_tools)
-        trajs.append(traj)
-        tools.append(env_tools)
+        return cls(env, traj, env_tools)
 
-    active = list(range(len(trajs)))
-    turn = 0
-    while active and turn < max_turns:
-        t0 = time.perf_counter()
-        outputs, logprobs = _split_output(
-            gen([trajs[i].token_ids for i in active], active, turn), len(active)
-        )
-        stats.generate_seconds += time.perf_counter() - t0
-        stats.generate_calls += 1
-        if len(outputs) != len(active) or (logprobs is not None and len(logprobs) != len(active)):
-            raise ValueError(f"the generator answered {len(outputs)} prompts of {len(active)}")
-        still: list[int] = []
-        t0 = time.perf_counter()
-        for k, (i, new_ids) in enumerate(zip(active, outputs, strict=True)):
-            traj = trajs[i]
-            traj.token_ids += new_ids
-            traj.policy_mask += [1] * len(new_ids)
-            lps = logprobs[k] if logprobs is not None else [math.nan] * len(new_ids)
-            if len(lps) != len(new_ids):
-                raise ValueError(f"{len(lps)} log-probs for {len(new_ids)} generated tokens")
-            traj.sampler_logprobs += [float(x) for x in lps]
-            stats.generated_tokens += len(new_ids)
-            text = policy.decode(new_ids)
-            traj.actions.append(text)
-            traj.turns += 1
-            obs, reward, terminated, truncated, info = envs[i].step(text)
-            traj.reward = float(reward)
-            traj.invalid_actions += int(bool(info.get("invalid_action")))
-            n_before = len(traj.messages)
-            if isinstance(obs, str):  # text env: we keep the conversation ourselves
-                conv = [
-                    *traj.messages,
-                    {"role": "assistant", "content": text},
-                    {"role": "user", "content": obs},
-                ]
-            else:
-                conv = as_conversation(obs)
-                if len(conv) <= n_before:  # env returned no history (e.g. a terminal empty obs): keep ours
-                    conv = [*traj.messages, {"role": "assistant", "content": text}]
-            traj.messages = conv
-            if terminated or truncated:
-                traj.terminated, traj.truncated, traj.info = bool(terminated), bool(truncated), _plain(info)
-                continue
-            ended = bool(new_ids) and new_ids[-1] in policy.eos_ids
-            delta = renderer.continuation(conv, n_before, tools[i], ended_with_eos=ended)
-            traj.token_ids += delta
-            traj.policy_mask += [0] * len(delta)
-            traj.sampler_logprobs += [0.0] * len(delta)
-            if len(traj.token_ids) >= max_total_tokens or turn + 1 >= max_turns:
-                traj.truncated, traj.info = True, _plain(info)
-                continue
-            still.append(i)
-        stats.env_seconds += time.perf_counter() - t0
-        active = still
-        turn += 1
-    return trajs
+    def advance(
+        self,
+        policy: HFPolicy,
+        new_ids: list[int],
+        lps: list[float] | None,
+        max_turns: int,
+        max_total_tokens: int,
+        stats: RolloutStats,
+    ) -> bool:
+        """Apply one generated turn and the env's answer; returns whether the conversation goes on."""
+        traj = self.traj
+        traj.token_ids += new_ids
+        traj.policy_mask += [1] * len(new_ids)
+        lps = lps if lps is not None else [math.nan] * len(new_ids)
+        if len(lps) != len(new_ids):
+            raise ValueError(f"{len(lps)} log-probs for {len(new_ids)} generated tokens")
+        traj.sampler_logprobs += [float(x) for x in lps]
+        stats.generated_tokens += len(new_ids)
+        text = policy.decode(new_ids)
+        traj.actions.append(text)
+        traj.turns += 1
+        obs, reward, terminated, truncated, info = self.env.step(text)
+        traj.reward = float(reward)
+        traj.invalid_actions += int(bool(info.get("invalid_action")))
+        n_before = len(traj.messages)
+        if isinstance(obs, str):  # text env: we keep the conversation ourselves
+            conv = [
+                *traj.messages,
+                {"role": "assistant", "content": text},
+                {"role": "user", "content": obs},
+            ]
+        else:
+            conv = as_conversation(obs)
+            if len(conv) <= n_before:  # env returned no history (e.g. a terminal empty obs): keep ours
+                conv = [*traj.messages, {"role": "assistant", "content": text}]
+        traj.messages = conv
+        if terminated or truncated:
+            traj.terminated, traj.truncated, traj.info = bool(terminated), bool(truncated), _plain(info)
+            return False
+        ended = bool(new_ids) and new_ids[-1] in policy.eos_ids
+        delta = policy.renderer.continuation(conv, n_before, self.tools, ended_with_eos=ended)
+        traj.token_ids += delta
+        traj.policy_mask += [0] * len(delta)
+        traj.sampler_logprobs += [0.0] * len(delta)
+        if len(traj.token_ids) >= max_total_tokens or traj.turns >= max_turns:
+            traj.truncated, traj.info = True, _plain(info)
+            return False
+        return True
 
 
 def _engine_generator(policy: HFPolicy, sampling: SamplingConfig, engine: str) -> Generator:

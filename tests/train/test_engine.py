@@ -90,7 +90,7 @@ def test_compaction_and_prefill_chunks_change_nothing():
     """Squeeze holes after every turn and prefill in 5-token chunks: same tokens as the simple engine."""
     policy = _policy()
     engine = engine_for(policy)
-    engine.max_hole_fraction, engine.prefill_chunk_tokens = 0.0, 5
+    engine.max_hole_fraction, engine.prefill_chunk_tokens = -1.0, 5  # below 0: compact after every turn
     seeds = [1, 2, 3, 5, 6]
     simple = _run(policy, "simple", seeds, GREEDY)
     cached = _run(policy, "cached", seeds, GREEDY)
@@ -198,3 +198,55 @@ def test_a_policy_that_customises_decoding_is_honoured():
     model, tok = build_tiny_model(seed=3)
     trajs = _run(Custom(model, tok), "cached", [1, 2], GREEDY, max_turns=1)
     assert calls == [2] and all(t.turns == 1 for t in trajs)
+
+
+class OtherSystemEnv(RaggedEnv):
+    """RaggedEnv whose seeds >= 50 get another system prompt: they cannot join a batch whose kept prefix is
+    the first system prompt."""
+
+    def reset(self, *, seed=None, options=None):
+        messages, info = super().reset(seed=seed, options=options)
+        if self.seed_ >= 50:
+            self.messages[0] = {"role": "system", "content": "Another assistant entirely."}
+        return list(self.messages), info
+
+
+@pytest.mark.parametrize("engine", ["cached", "simple"])
+def test_continuous_batching_runs_each_episode_as_one_batch_does(engine):
+    """stream_collect with 3 envs for 9 episodes of uneven length: finished episodes hand their env to the next
+    spec, which joins the running batch (cached engine) or waits for a fresh session (other system prompt,
+    simple engine); every trajectory equals the one-batch simple-engine run, returned in spec order."""
+    from trace_train.rollout import stream_collect
+
+    policy = _policy()
+    seeds = [0, 5, 2, 1, 6, 3, 50, 51, 4]
+    reference = collect(
+        policy,
+        [OtherSystemEnv() for _ in seeds],
+        [ResetSpec(seed=s) for s in seeds],
+        GREEDY,
+        5,
+        engine="simple",
+    )
+    finished: list[int] = []
+    engine_stats = engine_for(policy).stats
+    joins_before = engine_stats.joins
+    streamed = stream_collect(
+        policy,
+        [OtherSystemEnv() for _ in range(3)],
+        [ResetSpec(seed=s) for s in seeds],
+        GREEDY,
+        5,
+        engine=engine,
+        on_finish=lambda i, traj: finished.append(i),
+    )
+    assert sorted(finished) == list(range(len(seeds))) and finished != list(range(len(seeds)))
+    assert [t.spec.seed for t in streamed] == seeds
+    for a, b in zip(reference, streamed, strict=True):
+        assert a.token_ids == b.token_ids and a.policy_mask == b.policy_mask and a.reward == b.reward
+        assert torch.allclose(torch.tensor(a.sampler_logprobs), torch.tensor(b.sampler_logprobs), atol=1e-5)
+    joins = engine_stats.joins - joins_before
+    if engine == "cached":
+        assert 1 <= joins < len(seeds) - 3  # some joined; the other-system seeds could not
+    else:
+        assert joins == 0

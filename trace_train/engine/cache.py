@@ -70,6 +70,12 @@ class GrowingLayer(DynamicLayer):
         self.values[:, :, : values.shape[2]] = values
         self.used = keys.shape[2]
 
+    def add_rows(self, n: int) -> None:
+        """``n`` more rows (their columns are holes until written)."""
+        for name in ("keys", "values"):
+            buf = getattr(self, name)
+            setattr(self, name, torch.cat([buf, buf.new_zeros((n, *buf.shape[1:]))], dim=0))
+
     def gather(self, rows: torch.Tensor, cols: torch.Tensor) -> None:
         """Keep ``rows`` and, for each, the columns ``cols[r]`` (``[R, T']`` indices), in a fresh buffer."""
         idx = cols[:, None, :, None]
@@ -92,6 +98,8 @@ class RaggedCache:
         self.mask = torch.zeros((0, 0), dtype=torch.bool)
         self.ids: list[list[int]] = []  # the tokens each row's cache holds, in order (prefix included)
         self.prefix: SharedPrefix | None = None  # K/V of the prefix all rows share, kept once
+        self.prefix_ids: list[int] = []  # its tokens
+        self.copied_prefix = False  # the prefix is copied into every row instead (no row can join later)
 
     @property
     def rows(self) -> int:
@@ -120,8 +128,10 @@ class RaggedCache:
         self.ids = [list(prefix_ids) for _ in range(rows)]
         if share:
             self.prefix = SharedPrefix(prefix_kv)
+            self.prefix_ids = list(prefix_ids)
             self.mask = torch.zeros((rows, 0), dtype=torch.bool)
             return
+        self.copied_prefix = bool(prefix_ids)
         for layer, (k, v) in zip(self.layers, prefix_kv, strict=True):
             layer.load(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1), capacity)
         self.mask = torch.ones((rows, len(prefix_ids)), dtype=torch.bool)
@@ -133,6 +143,23 @@ class RaggedCache:
 
     def hole_fraction(self) -> float:
         return 1.0 - float(self.mask.float().mean()) if self.mask.numel() else 0.0
+
+    def removable_fraction(self) -> float:
+        """The share of columns :meth:`compact` would remove (rows of uneven length keep left padding)."""
+        if not self.mask.numel():
+            return 0.0
+        return 1.0 - float(self.mask.sum(1).max()) / self.width
+
+    def add_rows(self, n: int) -> None:
+        """Append ``n`` rows holding only the shared prefix (or nothing): holes in every existing column.
+        Only for caches whose prefix is shared (or empty): a row's own columns are all it holds."""
+        if self.copied_prefix:
+            raise ValueError("rows cannot join a cache whose prefix is copied into every row")
+        self.ids += [list(self.prefix_ids) for _ in range(n)]
+        self.mask = torch.cat([self.mask, torch.zeros((n, self.width), dtype=torch.bool)], dim=0)
+        for layer in self.layers:
+            if layer.is_initialized:
+                layer.add_rows(n)
 
     def compact(self, keep_rows: list[int]) -> None:
         """Keep ``keep_rows`` (in that order) and squeeze out holes: each row's real columns, right-aligned

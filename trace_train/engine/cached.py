@@ -42,6 +42,7 @@ class EngineStats:
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     compactions: int = 0
+    joins: int = 0  # conversations that joined a running batch (continuous batching)
 
 
 def common_prefix_length(seqs: list[list[int]]) -> int:
@@ -235,12 +236,23 @@ class Session:
         finally:
             model.train(was_training)
 
+    def can_join(self, prompt: list[int]) -> bool:
+        """Whether a new conversation with this first prompt can join the running batch: its rows hold only
+        their own columns, so it must start with the kept shared prefix (and add something to it)."""
+        cache = self.cache
+        if cache is None:
+            return True
+        if cache.copied_prefix:
+            return False
+        n = len(cache.prefix_ids)
+        return len(prompt) > n and prompt[:n] == cache.prefix_ids
+
     def _turn(self, prompts: list[list[int]], active: list[int], share_prefix: bool):
         eng, st = self.engine, self.engine.stats
         if self.cache is None:
             self._start(prompts, active, share_prefix)
         else:
-            self._follow(active)
+            self._follow(active, prompts)
         cache = self.cache
         deltas = []
         for conv, prompt in zip(active, prompts, strict=True):
@@ -277,16 +289,28 @@ class Session:
         self.cache = cache
         self.row_of = {conv: r for r, conv in enumerate(active)}
 
-    def _follow(self, active: list[int]) -> None:
-        """Drop the rows of finished conversations; squeeze holes when they take too much of the cache."""
+    def _follow(self, active: list[int], prompts: list[list[int]]) -> None:
+        """Drop the rows of finished conversations; squeeze holes when compaction would remove enough of the
+        cache; add rows for conversations that join (continuous batching: they follow the running ones)."""
         cache = self.cache
-        if any(conv not in self.row_of for conv in active):
-            raise ValueError("a conversation joined a session after its first turn")
-        keep = [self.row_of[conv] for conv in active]
-        if keep != list(range(cache.rows)) or cache.hole_fraction() > self.engine.max_hole_fraction:
+        old = [conv for conv in active if conv in self.row_of]
+        new = [k for k, conv in enumerate(active) if conv not in self.row_of]
+        if active[: len(old)] != old:
+            raise ValueError("conversations that join a session must follow the running ones in `active`")
+        for k in new:
+            if not self.can_join(prompts[k]):
+                raise ValueError(
+                    f"conversation {active[k]} cannot join this session: its prompt does not start with the "
+                    "kept shared prefix (or the prefix is copied into every row); start a new session"
+                )
+        keep = [self.row_of[conv] for conv in old]
+        if keep != list(range(cache.rows)) or cache.removable_fraction() > self.engine.max_hole_fraction:
             cache.compact(keep)
             self.engine.stats.compactions += 1
-            self.row_of = {conv: r for r, conv in enumerate(active)}
+        if new:
+            cache.add_rows(len(new))
+            self.engine.stats.joins += len(new)
+        self.row_of = {conv: r for r, conv in enumerate(active)}
 
     def _decode(self, logits: torch.Tensor) -> tuple[list[list[int]], list[list[float]]]:
         eng, s, cache = self.engine, self.sampling, self.cache
