@@ -204,3 +204,26 @@ def test_compose_cli_trains_and_writes_the_artefact(compose_base, adapters, tmp_
     assert manifest["slots"] == ["base", "chat", "look"]
     assert manifest["training"]["args"]["steps"] == 2 and (out / "checkpoints" / "latest").is_file()
     assert "composition written to" in capsys.readouterr().out
+
+
+def test_router_and_moe_stream_with_continuous_batching(composition, monkeypatch):
+    """stream_collect (what trace evaluate runs) with the router and the recording MoE: the same episodes as
+    one batch, with episodes joining the running sessions."""
+    from trace_train.compose.baselines import MoEPolicy
+    from trace_train.envs import make_env
+    from trace_train.rollout import ResetSpec, collect, stream_collect
+
+    randomise_gates(composition, seed=6)
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=6)
+    specs = [ResetSpec(seed=i, group=i) for i in range(5)]
+
+    def router():
+        policy = TaskRouterPolicy(composition, composition.tokenizer, composition.adapters)
+        monkeypatch.setattr(policy, "classify", lambda prompt: len(prompt) % 2)
+        return policy
+
+    for make in (router, lambda: MoEPolicy(composition, composition.tokenizer, record_choices=True)):
+        envs = [make_env("traintest/lookup-v0") for _ in specs]
+        whole = collect(make(), envs, specs, sampling, max_turns=2, engine="simple")
+        streamed = stream_collect(make(), envs[:2], specs, sampling, max_turns=2)
+        assert [t.token_ids for t in streamed] == [t.token_ids for t in whole]

@@ -90,6 +90,7 @@ class MoEPolicy(HFPolicy):
             self._count_decode_steps(logs, outs)
             return outs, lps
 
+        generate.can_join = session.can_join  # continuous batching (rollout.stream_collect)
         return generate
 
     def _count_decode_steps(self, logs: list[list[torch.Tensor]], outs: list[list[int]]) -> None:
@@ -231,6 +232,11 @@ class TaskRouterPolicy(HFPolicy):
                     outs[i], lps[i] = ids[j], lp[j]
             return outs, lps
 
+        def can_join(prompt: list[int]) -> bool:  # continuous batching: the session of the episode's slot
+            session = sessions.get(self.slot_for(prompt))
+            return session is None or session.can_join(prompt)
+
+        generate.can_join = can_join
         return generate
 
     def generate_with_logprobs(
