@@ -182,30 +182,32 @@ def calibrate(
     """G = ``group_size`` samples on each of ``seeds`` train seeds per level, with trace_train's rollouts."""
     from trace_train.envs import make_env, reset_seed
     from trace_train.policies.base import SamplingConfig
-    from trace_train.rollout import ResetSpec, collect
+    from trace_train.rollout import ResetSpec, stream_collect
 
     probe = make_env(env_id)
     levels = list(levels or getattr(probe.unwrapped, "difficulty_levels", (1,)))
     sampling = SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens)
+    specs = [
+        ResetSpec(seed=reset_seed("train", first_seed + s, probe), group=s, split="train", difficulty=level)
+        for level in levels
+        for s in range(seeds)
+        for _ in range(group_size)
+    ]
+    # every level in one continuously batched stream: a finished episode's slot starts the next one
+    envs = [make_env(env_id) for _ in range(min(batch_size, len(specs)))]
+    try:
+        trajectories = stream_collect(policy, envs, specs, sampling, max_turns, max_total_tokens=32768)
+    finally:
+        for env in envs:
+            env.close()
     results = []
     for level in levels:
-        specs = [
-            ResetSpec(
-                seed=reset_seed("train", first_seed + s, probe), group=s, split="train", difficulty=level
-            )
-            for s in range(seeds)
-            for _ in range(group_size)
-        ]
         rewards: dict[int, list[float]] = {}
         turns: list[int] = []
-        for start in range(0, len(specs), batch_size):
-            chunk = specs[start : start + batch_size]
-            envs = [make_env(env_id) for _ in chunk]
-            for trajectory in collect(policy, envs, chunk, sampling, max_turns):
+        for trajectory in trajectories:
+            if trajectory.spec.difficulty == level:
                 rewards.setdefault(trajectory.spec.group, []).append(trajectory.reward)
                 turns.append(trajectory.turns)
-            for env in envs:
-                env.close()
         results.append(level_stats(level, [rewards[g] for g in sorted(rewards)], turns))
     tokens = prompt_tokens(policy, env_id) if hasattr(policy, "renderer") else None
     probe.close()
