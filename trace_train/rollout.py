@@ -169,13 +169,14 @@ def stream_collect(
     max_total_tokens: int = 4096,
     stats: RolloutStats | None = None,
     engine: str | None = None,
-    on_finish: Callable[[int, Trajectory], None] | None = None,
+    on_finish: Callable[[int, Trajectory, gym.Env], None] | None = None,
 ) -> list[Trajectory]:
     """Run one episode per spec with at most ``len(envs)`` at once (continuous batching): when an episode ends,
     its env starts the next spec and that conversation joins the running batch at the next turn (on the
     cached engine when its prompt starts with the batch's kept shared prefix; otherwise it waits for the batch
     to drain and a new session starts). Each episode runs exactly as in :func:`collect`; ``on_finish(i,
-    trajectory)`` is called as episode ``i`` ends. Returns the trajectories in ``specs`` order."""
+    trajectory, env)`` is called as episode ``i`` ends, before its env is reused. Returns the trajectories in
+    ``specs`` order."""
     if not envs:
         raise ValueError("stream_collect needs at least one env")
     stats = stats if stats is not None else RolloutStats()
@@ -214,10 +215,10 @@ def stream_collect(
                 still.append(i)
                 continue
             done[i] = ep.traj
+            if on_finish is not None:
+                on_finish(i, done[i], ep.env)
             free.append(env_of.pop(i))
             del episodes[i]
-            if on_finish is not None:
-                on_finish(i, done[i])
         stats.env_seconds += time.perf_counter() - t0
         active = still
     return [done[i] for i in range(len(specs))]

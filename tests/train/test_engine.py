@@ -238,7 +238,7 @@ def test_continuous_batching_runs_each_episode_as_one_batch_does(engine):
         GREEDY,
         5,
         engine=engine,
-        on_finish=lambda i, traj: finished.append(i),
+        on_finish=lambda i, traj, env: finished.append(i),
     )
     assert sorted(finished) == list(range(len(seeds))) and finished != list(range(len(seeds)))
     assert [t.spec.seed for t in streamed] == seeds

@@ -478,47 +478,57 @@ def _text_loop(
 def _engine_batches(
     args: RolloutArgs, seeds: Sequence[int], header: dict[str, Any], sampling: Any
 ) -> Iterator[dict[str, Any]]:
-    """Local models: the trainer's batched engine, ``batch_size`` episodes per ``collect`` call."""
+    """Local models: the trainer's engine, continuously batched (``batch_size`` episodes at once; a finished
+    episode's slot starts the next seed), records yielded every ``4 * batch_size`` episodes."""
     from trace_train.policies.hf import HFPolicy
-    from trace_train.rollout import ResetSpec, collect
+    from trace_train.rollout import ResetSpec, stream_collect
 
     policy = HFPolicy.from_pretrained(args.model, adapter=args.adapter, dtype=args.dtype)
     envs = [_make_env(args.env_id, args.max_turns) for _ in range(min(args.batch_size, len(seeds)))]
+    span = 4 * args.batch_size
     try:
-        for b in range(0, len(seeds), args.batch_size):
-            chunk = seeds[b : b + args.batch_size]
+        for b in range(0, len(seeds), span):
+            chunk = seeds[b : b + span]
             specs = [
                 ResetSpec(seed=s, group=i, split=args.split, difficulty=args.difficulty)
                 for i, s in enumerate(chunk)
             ]
+            cuts: dict[int, Any] = {}
+            tools: dict[int, list[Any]] = {}
+
+            def finished(i: int, traj: Any, env: Any, cuts=cuts, tools=tools) -> None:
+                # read from the env before it is reused: its tools and, when the engine cut the episode (token
+                # budget) before the env ended it, its score as it stands (as the env scores a turn-limit cut)
+                tools[i] = list(getattr(env.unwrapped, "tools", None) or [])
+                if "requirements" not in traj.info and callable(getattr(env.unwrapped, "_evaluate", None)):
+                    cuts[i] = env.unwrapped._evaluate()
+
             t0 = time.perf_counter()
-            trajs = collect(
+            trajs = stream_collect(
                 policy,
-                envs[: len(chunk)],
+                envs,
                 specs,
                 sampling,
                 max_turns=args.max_turns,
                 max_total_tokens=args.max_total_tokens,
+                on_finish=finished,
                 **({"engine": args.engine} if args.engine else {}),
             )
             seconds = time.perf_counter() - t0
-            for traj, env in zip(trajs, envs, strict=False):
+            for i, traj in enumerate(trajs):
                 info, cut = traj.info, None
-                if "requirements" not in info and callable(getattr(env.unwrapped, "_evaluate", None)):
-                    # the engine cut the episode (token budget) before the env ended it: score it as it
-                    # stands, as the env itself does when its turn limit truncates an episode
-                    evaluation = env.unwrapped._evaluate()
+                if i in cuts:
                     info = {
-                        "reward_components": dict(evaluation.components),
-                        "requirements": dict(evaluation.requirements),
+                        "reward_components": dict(cuts[i].components),
+                        "requirements": dict(cuts[i].requirements),
                     }
-                    traj.reward, cut = float(evaluation.reward), "max_total_tokens"
+                    traj.reward, cut = float(cuts[i].reward), "max_total_tokens"
                 yield _record(
                     args,
                     header,
                     seed=traj.spec.seed,
                     messages=traj.messages,
-                    tools=list(getattr(env.unwrapped, "tools", None) or []),
+                    tools=tools[i],
                     reward=traj.reward,
                     info=info,
                     turns=traj.turns,
