@@ -17,7 +17,9 @@ Figures (each side runs in its own subprocess, one after the other, so each repo
    matmul peak;
 6. the compact tool rendering: prompt tokens of a retail episode, JSON vs compact;
 7. its effect on learning: SFT warm starts on the same retail oracle episodes rendered with JSON and with compact
-   tools, each evaluated on the same test tasks (success, paired McNemar test).
+   tools, each evaluated on the same test tasks (success, paired McNemar test);
+8. continuous batching: retail test episodes on the cached engine, one batch after another vs streamed (a finished
+   episode's slot starts the next at once): wall time and the share of identical trajectories.
 
 Reduced sizes are written into the results (``sizes``), so ratios are never read without them. Every side
 reports wall seconds and CPU seconds of its process: on a machine shared with other jobs the CPU-time ratio
@@ -59,6 +61,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         grpo_tokens=96,
         sft_episodes=32,
         sft_batch=8,  # one optimiser step per 8 episodes: the prefix is computed once per batch
+        stream_episodes=64,
+        stream_batch=16,
         trl_prompts=4,
         trl_group=8,
         trl_tokens=64,
@@ -82,6 +86,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         grpo_tokens=8,
         sft_episodes=2,
         sft_batch=2,
+        stream_episodes=3,
+        stream_batch=2,
         trl_prompts=2,
         trl_group=2,
         trl_tokens=4,
@@ -105,6 +111,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         grpo_tokens=32,
         sft_episodes=2,
         sft_batch=2,
+        stream_episodes=16,
+        stream_batch=4,
         trl_prompts=4,
         trl_group=8,
         trl_tokens=64,
@@ -372,6 +380,47 @@ def side_tool_ab(fmt: str, episodes: int, eval_episodes: int, difficulty: int, m
     }
 
 
+def side_batching(
+    mode: str, episodes: int, batch: int, turns: int, tokens: int, model: str
+) -> dict[str, Any]:
+    """Retail test episodes on the cached engine (bf16, greedy): one batch after another (``chunked``, what
+    ``trace evaluate`` did) or continuously batched (``stream``: a finished episode's slot starts the next)."""
+    from trace_train.envs import make_env, reset_seed
+    from trace_train.policies.base import SamplingConfig
+    from trace_train.policies.hf import HFPolicy
+    from trace_train.rollout import ResetSpec, collect, stream_collect
+
+    policy = HFPolicy.from_pretrained(model, dtype="bfloat16")
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=tokens)
+    envs = [make_env("trace/retail-v1") for _ in range(batch)]
+    specs = [
+        ResetSpec(seed=reset_seed("test", i, envs[0]), group=i, split="test", difficulty=2)
+        for i in range(episodes)
+    ]
+    t0, c0 = time.perf_counter(), time.process_time()
+    if mode == "stream":
+        trajs = stream_collect(policy, envs, specs, sampling, turns, max_total_tokens=32768)
+    else:
+        trajs = []
+        for b in range(0, episodes, batch):
+            chunk = specs[b : b + batch]
+            trajs += collect(policy, envs[: len(chunk)], chunk, sampling, turns, max_total_tokens=32768)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {
+        "mode": mode,
+        "seconds": wall,
+        "cpu_seconds": cpu,
+        "episodes": episodes,
+        "batch": batch,
+        "turns": sum(t.turns for t in trajs),
+        "generated_tokens": sum(t.generated_tokens for t in trajs),
+        "success_rate": sum(t.reward >= 1.0 for t in trajs) / len(trajs),
+        "token_ids_digest": [hash(tuple(t.token_ids)) % 10**9 for t in trajs],
+        "engine_stats": dict(policy._cached_engine.stats.__dict__),
+        "peak_rss_mb": _rss(),
+    }
+
+
 SIDES = {
     "tool_ab": side_tool_ab,
     "tool_tokens": side_tool_tokens,
@@ -382,6 +431,7 @@ SIDES = {
     "trace_long": side_trace_long,
     "trl_long": side_trl_long,
     "matmul": side_matmul_peak,
+    "batching": side_batching,
 }
 
 
@@ -415,7 +465,7 @@ def main() -> None:
     p.add_argument("--preset", choices=sorted(PRESETS), default="issue")
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--tiny", action="store_true", help="a tiny random model (smoke test of the script)")
-    p.add_argument("--figures", default="1,2,3,4,5,6,7", help="comma-separated figure numbers to run")
+    p.add_argument("--figures", default="1,2,3,4,5,6,7,8", help="comma-separated figure numbers to run")
     p.add_argument("--skip-trl", action="store_true")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per side")
     p.add_argument("--threads", type=int, default=2)
@@ -503,6 +553,26 @@ def main() -> None:
             "cached": c,
             "tokens_per_s_ratio": _ratio(c, s, "tokens_per_s"),
             "tokens_per_cpu_s_ratio": _ratio(c, s, "tokens_per_cpu_s"),
+        }
+    if 8 in figures:
+        print("8. continuous batching vs one batch after another (cached engine, bf16)", flush=True)
+        kw = dict(
+            episodes=z["stream_episodes"],
+            batch=z["stream_batch"],
+            turns=z["eval_turns"],
+            tokens=z["eval_tokens"],
+        )
+        chunked = run_side("batching", t, mode="chunked", model=a.model, **kw)
+        stream = run_side("batching", t, mode="stream", model=a.model, **kw)
+        same = None
+        if "error" not in chunked and "error" not in stream:
+            pairs = zip(chunked.pop("token_ids_digest"), stream.pop("token_ids_digest"), strict=True)
+            same = sum(x == y for x, y in pairs) / chunked["episodes"]
+        report["batching"] = {
+            "chunked": chunked,
+            "stream": stream,
+            "speedup": _ratio(chunked, stream, "seconds"),
+            "identical_trajectories": same,  # bf16: batch composition may flip a near-tied greedy token
         }
     if 5 in figures:
         print("5. roofline", flush=True)

@@ -196,7 +196,9 @@ def stream_collect(
             waiting.append(i)
         if not active:  # a fresh session for whoever waits
             if gen is None or used:
-                gen, used = _engine_generator(policy, sampling, engine), False
+                # the kept shared prefix stops at the system/tools segment, so later conversations can join
+                cap = min(episodes[i].traj.system_len for i in waiting) or None
+                gen, used = _engine_generator(policy, sampling, engine, prefix_cap=cap), False
             active, waiting = waiting, []
         else:
             can_join = getattr(gen, "can_join", None)
@@ -312,7 +314,9 @@ class _Episode:
         return True
 
 
-def _engine_generator(policy: HFPolicy, sampling: SamplingConfig, engine: str) -> Generator:
+def _engine_generator(
+    policy: HFPolicy, sampling: SamplingConfig, engine: str, prefix_cap: int | None = None
+) -> Generator:
     """The policy's own ``generate_with_logprobs`` for ``simple``; for ``cached``, the policy's
     ``engine_session(sampling)`` when it has one (policies that customise decoding on the cached engine, e.g.
     a router that serves each episode with one adapter), else its own ``generate_with_logprobs`` when it
@@ -322,13 +326,13 @@ def _engine_generator(policy: HFPolicy, sampling: SamplingConfig, engine: str) -
         raise ValueError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINES)}")
     own_session = getattr(policy, "engine_session", None)
     if engine == "cached" and callable(own_session):
-        return own_session(sampling)
+        return own_session(sampling, prefix_cap=prefix_cap)
     if engine == "simple" or custom:
         return lambda prompts, _idx, _turn: policy.generate_with_logprobs(prompts, sampling)
     if engine == "cached":
         from trace_train.engine import engine_for
 
-        return engine_for(policy).session(sampling)
+        return engine_for(policy).session(sampling, prefix_cap=prefix_cap)
     raise ValueError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINES)}")
 
 

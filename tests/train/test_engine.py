@@ -250,3 +250,25 @@ def test_continuous_batching_runs_each_episode_as_one_batch_does(engine):
         assert 1 <= joins < len(seeds) - 3  # some joined; the other-system seeds could not
     else:
         assert joins == 0
+
+
+def test_the_kept_prefix_stops_at_the_system_segment_so_later_conversations_join():
+    """The first batch's prompts share more than the system segment ("Find record 2..."): the stream caps the
+    kept prefix at the system/tools segment, so a later task with another request still joins the batch."""
+    from trace_train.rollout import stream_collect
+
+    policy = _policy()
+    seeds = [
+        4,
+        4,
+        3,
+        1,
+    ]  # 28, 28, 21 share "Find record 2"; seed 1 asks for record 7 after two 1-turn tasks end
+    stats = engine_for(policy).stats
+    joins = stats.joins
+    streamed = stream_collect(
+        policy, [RaggedEnv() for _ in range(3)], [ResetSpec(seed=s) for s in seeds], GREEDY, 5
+    )
+    assert stats.joins - joins >= 1
+    reference = _run(policy, "simple", seeds, GREEDY)
+    assert [t.token_ids for t in streamed] == [t.token_ids for t in reference]

@@ -76,11 +76,11 @@ class MoEPolicy(HFPolicy):
         with super()._generation_context(), self.composition.forced(None):
             yield
 
-    def engine_session(self, sampling: SamplingConfig):
+    def engine_session(self, sampling: SamplingConfig, prefix_cap: int | None = None):
         """A cached-engine session; when recording, the decode steps' gate logits are counted per turn."""
         from trace_train.engine import engine_for
 
-        session = engine_for(self).session(sampling)
+        session = engine_for(self).session(sampling, prefix_cap=prefix_cap)
         if not self.record_choices:
             return session
 
@@ -215,7 +215,7 @@ class TaskRouterPolicy(HFPolicy):
             )
         return engines[slot]
 
-    def engine_session(self, sampling: SamplingConfig):
+    def engine_session(self, sampling: SamplingConfig, prefix_cap: int | None = None):
         """Cached-engine rollouts: each episode's conversations go to the session of its slot."""
         sessions: dict[int, Any] = {}
 
@@ -226,7 +226,7 @@ class TaskRouterPolicy(HFPolicy):
             for slot in sorted(set(slots)):
                 rows = [i for i, s in enumerate(slots) if s == slot]
                 if slot not in sessions:
-                    sessions[slot] = self._slot_engine(slot).session(sampling)
+                    sessions[slot] = self._slot_engine(slot).session(sampling, prefix_cap=prefix_cap)
                 ids, lp = sessions[slot]([prompts[i] for i in rows], [active[i] for i in rows], turn)
                 for j, i in enumerate(rows):
                     outs[i], lps[i] = ids[j], lp[j]

@@ -128,8 +128,15 @@ class CachedEngine:
         """Forget the kept prefix (call after changing frozen weights in place)."""
         self._prefix_ids, self._prefix_kv, self._prefix_key = [], [], None
 
-    def session(self, sampling: SamplingConfig, generator: torch.Generator | None = None) -> Session:
-        return Session(self, sampling, generator)
+    def session(
+        self,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None = None,
+        prefix_cap: int | None = None,
+    ) -> Session:
+        """A rollout session. ``prefix_cap``: keep at most this many leading tokens as the shared prefix (a
+        continuously batched rollout caps it at the system/tools segment, so later conversations can join)."""
+        return Session(self, sampling, generator, prefix_cap)
 
     @property
     def num_layers(self) -> int:
@@ -215,8 +222,15 @@ def _prefill(
 class Session:
     """One rollout: a :class:`RaggedCache` over its conversations, alive for the rollout's turns."""
 
-    def __init__(self, engine: CachedEngine, sampling: SamplingConfig, generator: torch.Generator | None):
+    def __init__(
+        self,
+        engine: CachedEngine,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+        prefix_cap: int | None = None,
+    ):
         self.engine = engine
+        self.prefix_cap = prefix_cap
         self.sampling = sampling
         self.generator = generator
         self.runner = ModelRunner(engine.model)
@@ -276,6 +290,8 @@ class Session:
         eng = self.engine
         # the shared part, but at least one token of each prompt stays per row (its logits start decoding)
         n = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
+        if self.prefix_cap is not None:
+            n = min(n, self.prefix_cap)
         prefix = prompts[0][: max(n, 0)]
         # rows keep the prefix once (shared_prefix attention) where the model runs it; else a copy per row
         share = share_prefix and eng.share_prefix
