@@ -141,9 +141,6 @@ class RaggedCache:
         self.mask = torch.cat([self.mask, real.to(torch.bool)], dim=1)
         return self.mask
 
-    def hole_fraction(self) -> float:
-        return 1.0 - float(self.mask.float().mean()) if self.mask.numel() else 0.0
-
     def removable_fraction(self) -> float:
         """The share of columns :meth:`compact` would remove (rows of uneven length keep left padding)."""
         if not self.mask.numel():

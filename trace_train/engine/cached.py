@@ -12,7 +12,8 @@ the next generation prompt), then decodes all conversations together, one token 
   next session reuses the part it shares, while the trainable weights are unchanged (their in-place versions
   are the fingerprint: an optimiser step invalidates it).
 - Ragged batch: see :class:`trace_train.engine.cache.RaggedCache` (no re-padding per turn; finished
-  conversations leave the batch; holes are squeezed out when they pass ``max_hole_fraction``).
+  conversations leave the batch; holes are squeezed out when compaction would remove more than
+  ``max_hole_fraction`` of the columns; conversations may join a running batch, see ``Session.can_join``).
 - Sampling: :func:`trace_train.engine.sampling.next_tokens`, transformers' own warpers, so the distribution is
   the simple engine's; greedy picks the same tokens (tested in float32).
 
