@@ -67,10 +67,14 @@ def _run(policy, engine, seeds, sampling, max_turns=5, **kw):
 
 
 GREEDY = SamplingConfig(temperature=0.0, max_new_tokens=10)
+# a turn's prefill: every row alone (no padding) or all rows right-padded to the longest
+PREFILL = pytest.mark.parametrize("max_padding", [0.0, 1.0], ids=["row-by-row", "padded"])
 
 
-def test_greedy_cached_equals_simple_across_ragged_turns():
+@PREFILL
+def test_greedy_cached_equals_simple_across_ragged_turns(max_padding):
     policy = _policy()
+    engine_for(policy).max_prefill_padding = max_padding
     seeds = list(range(7))
     simple = _run(policy, "simple", seeds, GREEDY)
     cached = _run(policy, "cached", seeds, GREEDY)
@@ -86,11 +90,13 @@ def test_greedy_cached_equals_simple_across_ragged_turns():
     assert stats.compactions >= 1  # the conversation that ended early left the batch
 
 
-def test_compaction_and_prefill_chunks_change_nothing():
+@PREFILL
+def test_compaction_and_prefill_chunks_change_nothing(max_padding):
     """Squeeze holes after every turn and prefill in 5-token chunks: same tokens as the simple engine."""
     policy = _policy()
     engine = engine_for(policy)
     engine.max_hole_fraction, engine.prefill_chunk_tokens = -1.0, 5  # below 0: compact after every turn
+    engine.max_prefill_padding = max_padding
     seeds = [1, 2, 3, 5, 6]
     simple = _run(policy, "simple", seeds, GREEDY)
     cached = _run(policy, "cached", seeds, GREEDY)
@@ -98,8 +104,9 @@ def test_compaction_and_prefill_chunks_change_nothing():
     assert engine.stats.compactions >= 3
 
 
+@PREFILL
 @pytest.mark.parametrize("share", [True, False])
-def test_shared_prefix_is_kept_once_and_changes_nothing(share):
+def test_shared_prefix_is_kept_once_and_changes_nothing(share, max_padding):
     """With ``share_prefix`` the rows hold only the columns after the common prefix (its K/V once per batch,
     attended to by every row through the ``shared_prefix`` attention); without, every row holds a copy. Both give
     the simple engine's tokens and log-probs."""
@@ -107,7 +114,7 @@ def test_shared_prefix_is_kept_once_and_changes_nothing(share):
     seeds = [1, 2, 3, 5, 6]
     simple = _run(policy, "simple", seeds, GREEDY)
     engine = engine_for(policy)
-    engine.share_prefix = share
+    engine.share_prefix, engine.max_prefill_padding = share, max_padding
     session = engine.session(GREEDY)
     envs = [RaggedEnv() for _ in seeds]
     cached = collect(policy, envs, [ResetSpec(seed=s) for s in seeds], GREEDY, 5, generator=session)

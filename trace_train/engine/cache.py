@@ -30,12 +30,32 @@ class GrowingLayer(DynamicLayer):
         super().__init__()
         self.capacity = capacity
         self.used = 0
+        # (row, rows, column): the next update writes one row of a ``rows``-row batch at ``column`` (a prefill
+        # row by row, so no row is padded to the longest); None: updates write every row at ``used``
+        self.window: tuple[int, int, int] | None = None
+        self.block_end = 0  # the end of the block of columns the rows are writing through windows
+
+    def open_block(self, rows: int, end: int) -> None:
+        """Rows are about to write columns ``used:end`` one at a time: make room and zero them (a column a row
+        does not write is a hole, masked; zero, not garbage, because masked weights times NaN are NaN)."""
+        self.block_end = end
+        if not self.is_initialized:
+            return  # allocated (zeroed) by the first window's update
+        if end > self.capacity:
+            self._grow(end)
+        self.keys[:, :, self.used : end] = 0
+        self.values[:, :, self.used : end] = 0
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device = key_states.device
         b, h, _, d = key_states.shape
-        self.keys = key_states.new_empty((b, h, self.capacity, d))
-        self.values = value_states.new_empty((b, value_states.shape[1], self.capacity, value_states.shape[3]))
+        if self.window is not None:  # a block written row by row: room for all of it, holes zero
+            b, self.capacity = self.window[1], max(self.capacity, self.block_end)
+            self.keys = key_states.new_zeros((b, h, self.capacity, d))
+            self.values = value_states.new_zeros((b, value_states.shape[1], self.capacity, value_states.shape[3]))
+        else:
+            self.keys = key_states.new_empty((b, h, self.capacity, d))
+            self.values = value_states.new_empty((b, value_states.shape[1], self.capacity, value_states.shape[3]))
         self.used = 0
         self.is_initialized = True
 
@@ -52,6 +72,13 @@ class GrowingLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         n = key_states.shape[-2]
+        if self.window is not None:
+            row, _, col = self.window
+            if col + n > self.capacity:
+                raise RuntimeError(f"a window write to columns {col}:{col + n} outside the open block")
+            self.keys[row : row + 1, :, col : col + n] = key_states
+            self.values[row : row + 1, :, col : col + n] = value_states
+            return self.keys[row : row + 1, :, : col + n], self.values[row : row + 1, :, : col + n]
         if self.used + n > self.capacity:
             self._grow(self.used + n)
         self.keys[:, :, self.used : self.used + n] = key_states
@@ -60,6 +87,8 @@ class GrowingLayer(DynamicLayer):
         return self.keys[:, :, : self.used], self.values[:, :, : self.used]
 
     def get_seq_length(self) -> int:
+        if self.window is not None:  # what the row attends to before the tokens being written
+            return self.window[2]
         return self.used if self.is_initialized else 0
 
     def load(self, keys: torch.Tensor, values: torch.Tensor, capacity: int) -> None:
@@ -135,6 +164,24 @@ class RaggedCache:
         for layer, (k, v) in zip(self.layers, prefix_kv, strict=True):
             layer.load(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1), capacity)
         self.mask = torch.ones((rows, len(prefix_ids)), dtype=torch.bool)
+
+    def open_block(self, width: int) -> None:
+        """The next ``width`` columns will be written one row at a time (:meth:`open_window`)."""
+        for layer in self.layers:
+            layer.open_block(self.rows, self.width + width)
+
+    def open_window(self, row: int, column: int) -> None:
+        """Until :meth:`close_block`, the model's forward reads and writes row ``row`` alone, its new tokens at
+        ``column`` (its cache holding the columns before it)."""
+        for layer in self.layers:
+            layer.window = (row, self.rows, column)
+
+    def close_block(self) -> None:
+        """Every row now holds the block's columns (those a row did not write are holes in its mask)."""
+        for layer in self.layers:
+            layer.window = None
+            if layer.is_initialized:
+                layer.used = layer.block_end
 
     def append_columns(self, real: torch.Tensor) -> torch.Tensor:
         """Extend the mask by ``real`` ``[B, W]`` (True = a real token); returns the full 2-D attention mask."""

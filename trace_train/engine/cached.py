@@ -112,6 +112,7 @@ class CachedEngine:
         prefill_chunk_tokens: int = 4096,
         max_hole_fraction: float = 0.5,
         share_prefix: bool = True,
+        max_prefill_padding: float = 0.25,
     ):
         self.model = model
         self.eos_ids = set(eos_ids)
@@ -119,6 +120,7 @@ class CachedEngine:
         self.generation_context = generation_context
         self.prefill_chunk_tokens = prefill_chunk_tokens
         self.max_hole_fraction = max_hole_fraction
+        self.max_prefill_padding = max_prefill_padding  # above this padding share, a turn's prefill goes row by row
         self.share_prefix = share_prefix  # keep the shared prefix once per batch, not once per row (CPU sdpa)
         self.stats = EngineStats()
         self._prefix_ids: list[int] = []
@@ -186,13 +188,20 @@ def _prefill(
     pad_id: int,
     chunk_tokens: int,
     want_logits: bool = True,
+    max_padding: float = 0.25,
 ) -> torch.Tensor | None:
-    """Append each row's ``deltas[r]`` (right-padded; holes masked) and return the logits after each row's last
-    real token. Long blocks go in column chunks so no forward sees more than ``chunk_tokens`` query tokens."""
+    """Append each row's ``deltas[r]`` and return the logits after each row's last real token.
+
+    The rows' new tokens share one block of columns (as wide as the longest; a shorter row's rest are holes).
+    When padding every row to the longest would waste more than ``max_padding`` of the computation (an env
+    reply of 600 tokens next to replies of 30), each row runs alone (:meth:`RaggedCache.open_window`); else all
+    rows run together, right-padded. Long blocks go in column chunks so no forward sees more than
+    ``chunk_tokens`` query tokens."""
     rows = cache.rows
-    width = max(len(d) for d in deltas)
-    if min(len(d) for d in deltas) == 0:
+    lengths = [len(d) for d in deltas]
+    if min(lengths) == 0:
         raise ValueError("the cached engine got a prompt that adds no token to its conversation")
+    width = max(lengths)
     device = next(runner.model.parameters()).device
     ids = torch.full((rows, width), pad_id, dtype=torch.long)
     real = torch.zeros((rows, width), dtype=torch.bool)
@@ -200,7 +209,18 @@ def _prefill(
         ids[r, : len(d)] = torch.tensor(d, dtype=torch.long)
         real[r, : len(d)] = True
     start = cache.positions()
-    lengths = torch.tensor([len(d) for d in deltas])
+    if rows > 1 and 1.0 - sum(lengths) / (rows * width) > max_padding:
+        logits = _prefill_rows(runner, cache, ids, real, lengths, start, chunk_tokens, want_logits, device)
+    else:
+        logits = _prefill_padded(runner, cache, ids, real, lengths, start, chunk_tokens, want_logits, device)
+    for r, d in enumerate(deltas):
+        cache.ids[r] += d
+    return logits
+
+
+def _prefill_padded(runner, cache, ids, real, lengths, start, chunk_tokens, want_logits, device):
+    rows, width = ids.shape
+    lengths = torch.tensor(lengths)
     step = max(1, chunk_tokens // max(rows, 1))
     logits = None
     for c0 in range(0, width, step):
@@ -215,9 +235,29 @@ def _prefill(
         out = runner(ids[:, c0:c1].to(device), attn, pos.to(device), cache, pick)
         if out is not None:
             logits = out if logits is None else torch.where(in_chunk.to(out.device)[:, None], out, logits)
-    for r, d in enumerate(deltas):
-        cache.ids[r] += d
     return logits
+
+
+def _prefill_rows(runner, cache, ids, real, lengths, start, chunk_tokens, want_logits, device):
+    first = cache.width
+    cache.open_block(ids.shape[1])
+    mask = cache.append_columns(real)
+    picked = []
+    try:
+        for r, n in enumerate(lengths):
+            out = None
+            for c0 in range(0, n, chunk_tokens):
+                c1 = min(n, c0 + chunk_tokens)
+                cache.open_window(r, first + c0)
+                row_mask = mask[r : r + 1, : first + c1]
+                attn = None if bool(row_mask.all()) else row_mask.to(device)
+                pos = (start[r] + torch.arange(c0, c1))[None, :]
+                pick = torch.tensor([c1 - c0 - 1]) if want_logits and c1 == n else None
+                out = runner(ids[r : r + 1, c0:c1].to(device), attn, pos.to(device), cache, pick)
+            picked.append(out)
+    finally:
+        cache.close_block()
+    return torch.cat(picked) if want_logits else None
 
 
 class Session:
@@ -279,7 +319,9 @@ class Session:
                 )
             deltas.append(prompt[len(held) :])
         t0 = time.perf_counter()
-        logits = _prefill(self.runner, cache, deltas, eng.pad_id, eng.prefill_chunk_tokens)
+        logits = _prefill(
+            self.runner, cache, deltas, eng.pad_id, eng.prefill_chunk_tokens, max_padding=eng.max_prefill_padding
+        )
         st.prefill_tokens += sum(len(d) for d in deltas)
         st.prefill_seconds += time.perf_counter() - t0
         t0 = time.perf_counter()
