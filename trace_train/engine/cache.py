@@ -52,10 +52,14 @@ class GrowingLayer(DynamicLayer):
         if self.window is not None:  # a block written row by row: room for all of it, holes zero
             b, self.capacity = self.window[1], max(self.capacity, self.block_end)
             self.keys = key_states.new_zeros((b, h, self.capacity, d))
-            self.values = value_states.new_zeros((b, value_states.shape[1], self.capacity, value_states.shape[3]))
+            self.values = value_states.new_zeros(
+                (b, value_states.shape[1], self.capacity, value_states.shape[3])
+            )
         else:
             self.keys = key_states.new_empty((b, h, self.capacity, d))
-            self.values = value_states.new_empty((b, value_states.shape[1], self.capacity, value_states.shape[3]))
+            self.values = value_states.new_empty(
+                (b, value_states.shape[1], self.capacity, value_states.shape[3])
+            )
         self.used = 0
         self.is_initialized = True
 

@@ -120,7 +120,9 @@ class CachedEngine:
         self.generation_context = generation_context
         self.prefill_chunk_tokens = prefill_chunk_tokens
         self.max_hole_fraction = max_hole_fraction
-        self.max_prefill_padding = max_prefill_padding  # above this padding share, a turn's prefill goes row by row
+        self.max_prefill_padding = (
+            max_prefill_padding  # above this padding share, a turn's prefill goes row by row
+        )
         self.share_prefix = share_prefix  # keep the shared prefix once per batch, not once per row (CPU sdpa)
         self.stats = EngineStats()
         self._prefix_ids: list[int] = []
@@ -320,7 +322,12 @@ class Session:
             deltas.append(prompt[len(held) :])
         t0 = time.perf_counter()
         logits = _prefill(
-            self.runner, cache, deltas, eng.pad_id, eng.prefill_chunk_tokens, max_padding=eng.max_prefill_padding
+            self.runner,
+            cache,
+            deltas,
+            eng.pad_id,
+            eng.prefill_chunk_tokens,
+            max_padding=eng.max_prefill_padding,
         )
         st.prefill_tokens += sum(len(d) for d in deltas)
         st.prefill_seconds += time.perf_counter() - t0

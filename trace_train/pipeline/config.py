@@ -141,6 +141,21 @@ class AdaptersConfig:
     gradient_checkpointing: bool = knob(
         False, "recompute activations in backward: long tool conversations fit in memory (slower)"
     )
+    sft_episodes: int = knob(
+        0,
+        "before GRPO, fit each adapter to this many oracle episodes of its env (0: GRPO only, as the paper); "
+        "for a base that never succeeds on its env, where every group's rewards are equal and GRPO learns nothing",
+        minimum=0,
+    )
+    sft_epochs: int = knob(1, "passes over those oracle episodes", minimum=1)
+    sft_lr: float = knob(1e-3, "learning rate of that fit", exclusiveMinimum=0)
+    sft_seed_offset: int = knob(
+        500_000, "first train-split task index of those episodes (apart from the GRPO tasks)", minimum=0
+    )
+    sft_max_turns: int = knob(12, "turn cap of an oracle episode", minimum=1)
+    sft_micro_batch_tokens: int = knob(
+        4096, "tokens per forward/backward of that fit (a shared prefix counted once)", minimum=1
+    )
 
 
 @dataclass

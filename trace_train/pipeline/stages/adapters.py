@@ -1,7 +1,10 @@
 """Stage ``adapters``: step 3, one LoRA adapter per capability env, seed-grouped GRPO on its train split.
 
 Each capability trains in ``<stage>/<capability>/`` with :class:`trace_train.grpo.trainer.GRPOTrainer` at the
-difficulty calibration chose. Finished adapters are kept when the stage resumes; an unfinished one continues
+difficulty calibration chose. With ``adapters.sft_episodes`` the adapter is first fitted to that many oracle
+episodes of its env (train tasks from ``sft_seed_offset``, apart from the GRPO tasks; ``<capability>/sft/``) and
+GRPO continues from it: a base that never succeeds on the env gives every group equal rewards, from which GRPO
+learns nothing. Finished adapters are kept when the stage resumes; an unfinished one continues
 from its last checkpoint (``adapters.save_every``). The rollouts each adapter spent are counted for the
 report and for the fair baseline (GRPO directly on the target with the same budget).
 """
@@ -17,7 +20,14 @@ from trace_train.pipeline.runner import StageContext
 from trace_train.pipeline.stages.common import read_jsonl, set_threads, train_seeds
 
 
-def grpo_args(ctx: StageContext, env_id: str, out: Path, difficulty: int | None, steps: int):
+def grpo_args(
+    ctx: StageContext,
+    env_id: str,
+    out: Path,
+    difficulty: int | None,
+    steps: int,
+    init_adapter: str | None = None,
+):
     from trace_train.config import GRPOArgs
 
     cfg, a = ctx.config, ctx.config.adapters
@@ -42,6 +52,7 @@ def grpo_args(ctx: StageContext, env_id: str, out: Path, difficulty: int | None,
         dtype=cfg.base.dtype,
         save_every=a.save_every,
         gradient_checkpointing=a.gradient_checkpointing,
+        init_adapter=init_adapter,
         tensorboard=False,
         progress=False,  # the stage prints its own progress lines (readable in logs)
     )
@@ -55,6 +66,7 @@ def train_adapter(
     difficulty: int | None,
     steps: int,
     rollout_budget: int | None = None,
+    sft_episodes: int | None = None,
 ) -> dict[str, Any]:
     """Train (or finish) one adapter in ``out``; returns its summary, also written to ``out/summary.json``.
 
@@ -71,7 +83,9 @@ def train_adapter(
     # the trainer draws train-split tasks 0, 1, ...: one per group, refills included
     refills = a.dynamic_sampling * GRPOArgs.max_refill_rounds
     train_seeds("adapters", env_id, 0, steps * a.groups_per_step * (1 + refills))
-    args = grpo_args(ctx, env_id, out, difficulty, steps)
+    sft_episodes = a.sft_episodes if sft_episodes is None else sft_episodes
+    sft = _sft_warmup(ctx, label, env_id, out / "sft", difficulty, sft_episodes) if sft_episodes else None
+    args = grpo_args(ctx, env_id, out, difficulty, steps, init_adapter=sft["adapter"] if sft else None)
     if (out / "checkpoints" / "latest").exists():
         args.resume = str(out / "checkpoints")
         ctx.log(f"{label}: resuming from {args.resume}")
@@ -102,9 +116,59 @@ def train_adapter(
         "reward_curve": [m.get("reward_mean") for m in metrics],
         "first_reward": metrics[0].get("reward_mean") if metrics else None,
         "last_reward": metrics[-1].get("reward_mean") if metrics else None,
+        "sft": sft,
     }
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _sft_warmup(
+    ctx: StageContext, label: str, env_id: str, out: Path, difficulty: int | None, episodes: int
+) -> dict[str, Any]:
+    """Fit a fresh adapter to ``episodes`` oracle episodes of ``env_id`` (train split); reused when done."""
+    from trace_train.config import SFTArgs
+    from trace_train.sft import run_sft
+
+    cfg, a = ctx.config, ctx.config.adapters
+    seeds = train_seeds("adapters", env_id, a.sft_seed_offset, episodes)  # refuses test seeds
+    done = out / "sft_summary.json"
+    if done.is_file() and (out / "adapter").is_dir():
+        summary = json.loads(done.read_text())
+    else:
+        ctx.log(f"{label}: SFT on {episodes} oracle episodes before GRPO")
+        started = time.time()
+        summary = run_sft(
+            SFTArgs(
+                env_id=env_id,
+                model=ctx.upstream["base"]["model"],
+                out=str(out),
+                episodes=episodes,
+                epochs=a.sft_epochs,
+                lr=a.sft_lr,
+                batch_size=a.groups_per_step,
+                seed=cfg.seed,
+                seed_offset=a.sft_seed_offset,
+                max_turns=a.sft_max_turns,
+                difficulty=difficulty,
+                gradient_checkpointing=a.gradient_checkpointing,
+                micro_batch_tokens=a.sft_micro_batch_tokens,
+                lora_rank=cfg.base.lora_rank,
+                lora_alpha=cfg.base.lora_alpha,
+                dtype=cfg.base.dtype,
+            )
+        )
+        summary["wall_s"] = round(time.time() - started, 1)
+        done.write_text(json.dumps(summary, indent=2) + "\n")
+    return {
+        "adapter": summary["adapter"],
+        "episodes": episodes,
+        "epochs": a.sft_epochs,
+        "task_indices": [a.sft_seed_offset, a.sft_seed_offset + episodes - 1],
+        "seeds": [seeds[0], seeds[-1]],
+        "first_loss": summary.get("first_loss"),
+        "final_loss": summary.get("final_loss"),
+        "wall_s": summary.get("wall_s"),
+    }
 
 
 def run(ctx: StageContext) -> dict[str, Any]:

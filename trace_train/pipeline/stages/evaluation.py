@@ -135,6 +135,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
             # at most this many steps; training stops once the rollouts spent reach the budget
             steps = max(1, math.ceil(budget / (a.groups_per_step * a.group_size)))
             ctx.log(f"direct_grpo: GRPO on {cfg.target.env_id} until {budget} rollouts (the adapters' total)")
+            # and, when the adapters were first fitted to oracle episodes, as many of the target's in all
+            n_adapters = len(ctx.upstream["adapters"]["adapters"])
             info = train_adapter(
                 ctx,
                 "direct GRPO on the target",
@@ -143,6 +145,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
                 cfg.target.difficulty,
                 steps,
                 rollout_budget=budget,
+                sft_episodes=a.sft_episodes * n_adapters,
             )
             policy = HFPolicy.from_pretrained(model, adapter=info["adapter"], dtype=cfg.base.dtype)
             row, trajs = _evaluate(ctx, "direct_grpo", policy, "direct_grpo-eval")

@@ -176,6 +176,14 @@ def adapters_section(ctx: StageContext) -> Section:
             rows,
         )
     )
+    fitted = {cap: info["sft"] for cap, info in adapters.items() if info.get("sft")}
+    for cap, sft in fitted.items():
+        s.paragraphs.append(
+            f"Before GRPO, the {cap} adapter was fitted by SFT to {sft['episodes']} oracle episodes of its env "
+            f"(train tasks {sft['task_indices'][0]}-{sft['task_indices'][1]}, {sft['epochs']} epoch(s), loss "
+            f"{fmt(sft['first_loss'])} -> {fmt(sft['final_loss'])}, {fmt(sft['wall_s'], 0)} s): the paper trains "
+            "with GRPO alone; these oracle episodes are not rollouts and are not counted above."
+        )
     return s
 
 
@@ -224,6 +232,13 @@ def evaluation_section(ctx: StageContext) -> Section:
         "reward diff: mean paired reward difference to the base with a paired-bootstrap 95% interval. "
         "Rollouts: training episodes the method cost beyond the base agent (router and MoE: all adapters plus the gate data)."
     )
+    fitted = [info["sft"] for info in ctx.upstream["adapters"]["adapters"].values() if info.get("sft")]
+    if fitted:
+        n = fitted[0]["episodes"]
+        s.paragraphs.append(
+            f"Every adapter was first fitted by SFT to {n} oracle episodes of its env (step 3); direct GRPO, where "
+            f"measured, to {n * len(fitted)} oracle episodes of the target. Oracle episodes are not in Rollouts."
+        )
     rows = []
     for r in rows_in:
         vs = r.get("vs_base")
