@@ -109,6 +109,7 @@ def cmd_evaluate(ns: argparse.Namespace) -> int:
             difficulty=ns.difficulty,
             out_jsonl=out,
             max_total_tokens=ns.max_total_tokens,
+            resume=ns.resume,
         )
     except ValueError as e:  # bad flag values, seeds outside the split
         print(f"error: {e}", file=sys.stderr)
@@ -187,6 +188,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     ev.add_argument("--tool-format", default="json", choices=CHOICES["tool_format"])
     ev.add_argument("--out", default=None, help="trajectories JSONL (default runs/eval/<env>-<split>.jsonl)")
+    ev.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the episodes --out already holds for these tasks and run only the rest (each episode is "
+        "appended as it finishes)",
+    )
     ev.add_argument("--json", action="store_true", help="also print the summary as JSON")
     ev.set_defaults(func=cmd_evaluate)
     # `trace demo` is the pipeline's (trace_train.pipeline.commands); the learning demo is its configs/arith.toml

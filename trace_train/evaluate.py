@@ -90,11 +90,15 @@ def evaluate(
     difficulty: int | None = None,
     out_jsonl: str | Path | None = None,
     max_total_tokens: int = 32768,
+    resume: bool = False,
 ) -> EvalResult:
     """Greedy by default; seeds are ``reset_seed(split, seed_offset + i)`` so test seeds never overlap training.
 
     ``max_total_tokens`` cuts a conversation that grows past it (the env's own turn limit normally ends it first;
-    retail's system prompt alone is ~3.3k SmolLM2 tokens, so a 4k cap would end episodes early)."""
+    retail's system prompt alone is ~3.3k SmolLM2 tokens, so a 4k cap would end episodes early).
+    ``out_jsonl`` receives each episode as it finishes (in the order of the tasks once all are done); with
+    ``resume`` the episodes it already holds for these tasks are kept and only the others run (an evaluation
+    interrupted after 150 of 200 episodes runs the last 50)."""
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     for name, value, low in (
@@ -108,9 +112,9 @@ def evaluate(
     if isinstance(seed_offset, bool) or not isinstance(seed_offset, int) or seed_offset < 0:
         raise ValueError(f"--seed-offset must be an integer >= 0, got {seed_offset!r}")
     sampling = sampling or SamplingConfig(temperature=0.0, max_new_tokens=256)
+    path = Path(out_jsonl) if out_jsonl is not None else None
     # one env per batch slot, made once and reset for every episode; the first also tells the seed convention
     envs = [make_env(env_id) for _ in range(max(1, min(batch_size, episodes)))]
-    records: list[dict[str, Any]] = []
     try:
         specs = [
             ResetSpec(
@@ -118,17 +122,30 @@ def evaluate(
             )
             for i in range(episodes)
         ]
-        if isinstance(policy, HFPolicy):
+        done = _finished_episodes(path, specs) if resume and path is not None else {}
+        todo = [spec for spec in specs if spec.seed not in done]
+        sink = _EpisodeSink(path, list(done.values()))
+        if isinstance(policy, HFPolicy) and todo:
             # continuous batching: up to batch_size conversations at once, a finished one's slot starts the next
-            trajs = stream_collect(policy, envs, specs, sampling, max_turns, max_total_tokens)
-            records = [t.to_json() for t in trajs]
+            stream_collect(
+                policy,
+                envs,
+                todo,
+                sampling,
+                max_turns,
+                max_total_tokens,
+                on_finish=lambda _i, traj, _env: sink.add(traj.to_json()),
+            )
         else:
-            for b in range(0, len(specs), batch_size):
-                chunk = specs[b : b + batch_size]
-                records += _text_episodes(policy, envs[: len(chunk)], chunk, sampling, max_turns)
+            for b in range(0, len(todo), batch_size):
+                chunk = todo[b : b + batch_size]
+                for rec in _text_episodes(policy, envs[: len(chunk)], chunk, sampling, max_turns):
+                    sink.add(rec)
     finally:
         for env in envs:
             env.close()
+    by_seed = {rec["seed"]: rec for rec in sink.records}
+    records = [by_seed[spec.seed] for spec in specs]
     rewards = [r["reward"] for r in records]
     wins = sum(1 for r in rewards if r >= 1.0)
     n = len(records)
@@ -142,10 +159,39 @@ def evaluate(
         reward_ci=bootstrap_mean_interval(rewards),
         trajectories=records,
     )
-    if out_jsonl is not None:
-        path = Path(out_jsonl)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", encoding="utf-8") as f:
-            for r in records:
-                f.write(json.dumps(r, default=str) + "\n")
+    if path is not None:  # the same records, in task order
+        path.write_text("".join(json.dumps(r, default=str) + "\n" for r in records), encoding="utf-8")
     return result
+
+
+def _finished_episodes(path: Path, specs: list[ResetSpec]) -> dict[int, dict[str, Any]]:
+    """The episodes ``path`` holds for these tasks, by seed (a line torn by an interruption is dropped)."""
+    if not path.is_file():
+        return {}
+    wanted = {spec.seed for spec in specs}
+    done = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and rec.get("seed") in wanted:
+            done[rec["seed"]] = rec
+    return done
+
+
+class _EpisodeSink:
+    """Collects finished episodes and appends each to the JSONL file at once (flushed), so an interruption
+    loses only the episodes still running."""
+
+    def __init__(self, path: Path | None, kept: list[dict[str, Any]]):
+        self.path, self.records = path, list(kept)
+        if path is not None:  # rewritten with what is kept: no torn line stays in front of the new ones
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(json.dumps(r, default=str) + "\n" for r in kept), encoding="utf-8")
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
+        if self.path is not None:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record, default=str) + "\n")

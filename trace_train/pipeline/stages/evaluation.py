@@ -34,7 +34,7 @@ def _evaluate(
 
     cfg, e = ctx.config, ctx.config.evaluation
     path = ctx.dir / f"{out_name}.jsonl"
-    done = read_jsonl(path) if ctx.resume else []
+    done = read_jsonl(path) if ctx.resume and path.is_file() else []
     if ctx.resume and len(done) == e.episodes:  # evaluated before an interruption
         summary = read_jsonl(ctx.dir / "methods.jsonl")
         previous = next((m for m in summary if m["method"] == label), None)
@@ -42,7 +42,10 @@ def _evaluate(
             ctx.log(f"{label}: evaluated before the interruption, kept")
             return previous, done
     started = time.time()
-    ctx.log(f"{label}: {e.episodes} test tasks")
+    ctx.log(
+        f"{label}: {e.episodes} test tasks"
+        + (f" ({len(done)} finished before the interruption)" if done else "")
+    )
     result = evaluate(
         policy,
         cfg.target.env_id,
@@ -53,6 +56,7 @@ def _evaluate(
         batch_size=e.batch_size,
         difficulty=cfg.target.difficulty,
         out_jsonl=path,
+        resume=ctx.resume,  # an interrupted method keeps the episodes it finished
     )
     ctx.log(result.line())
     row = {
