@@ -88,6 +88,13 @@ def test_adapter_training_refuses_test_seeds(tmp_path):
         adapters.run(context(tmp_path, data, {**MODEL, "calibration": ENVS}))
 
 
+def test_adapter_oracle_fit_refuses_test_seeds(tmp_path):
+    """The SFT fit before GRPO (``adapters.sft_episodes``) reads oracle episodes from ``sft_seed_offset`` on."""
+    data = {"adapters": {"steps": 1, "sft_episodes": 4, "sft_seed_offset": TEST_SEED_BASE - 2}}
+    with pytest.raises(TestSeedError, match="stage adapters"):
+        adapters.run(context(tmp_path, data, {**MODEL, "calibration": ENVS}))
+
+
 def test_gate_data_refuses_test_seeds(tmp_path):
     ups = {**MODEL, "adapters": {"adapters": {"error-recovery": {"env_id": ENV, "adapter": "x"}}}}
     with pytest.raises(TestSeedError, match="stage gates"):
