@@ -100,6 +100,28 @@ def test_interrupted_stage_resumes_and_failed_stage_reruns(tmp_path):
     assert calls.log[0] == ("second", False)  # a failed stage starts over in an emptied folder
 
 
+def test_a_killed_stage_keeps_its_wall_time(tmp_path):
+    """A kill leaves no chance to save the wall time: the resumed stage counts the killed attempt up to the newest
+    file it wrote, on top of the attempts before it."""
+    import os
+
+    calls = Calls()
+    calls.interrupt_at = "second"
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, calls)
+    stage_dir = tmp_path / "run" / "02-second"
+    state = json.loads((stage_dir / "stage.json").read_text())
+    saved = state["wall_s"]  # Ctrl-C: saved
+    # now pretend the process was killed 500 s into an attempt that had already run 100 s before it
+    state = {"status": "running", "input_hash": state["input_hash"], "started": 1000.0, "wall_s_before": 100.0}
+    (stage_dir / "stage.json").write_text(json.dumps(state))
+    os.utime(stage_dir / "partial.txt", (1500.0, 1500.0))
+    assert run(tmp_path, calls) == ["skipped", "resumed", "ran"]
+    done = json.loads((stage_dir / "stage.json").read_text())
+    assert 600.0 <= done["wall_s"] < 660.0
+    assert saved < 60.0
+
+
 def test_unchanged_output_does_not_cascade(tmp_path):
     calls = Calls()
     run(tmp_path, calls)

@@ -195,11 +195,14 @@ class Pipeline:
             self.reporter.line(f"== {stage.name}: running ({why}) in {directory}")
             if directory.exists():
                 shutil.rmtree(directory)
+        previous_wall = _interrupted_wall(state, directory) if resume and state else 0.0
         directory.mkdir(parents=True, exist_ok=True)
         (directory / CONFIG_FILE).write_text(json.dumps(cfg, indent=2, default=str) + "\n")
         started = time.time()
-        previous_wall = float(state.get("wall_s", 0.0)) if resume and state else 0.0
-        self._write_state(directory, {"status": "running", "input_hash": input_hash, "started": started})
+        self._write_state(
+            directory,
+            {"status": "running", "input_hash": input_hash, "started": started, "wall_s_before": previous_wall},
+        )
         ctx = StageContext(
             name=stage.name,
             dir=directory,
@@ -260,6 +263,22 @@ class Pipeline:
         tmp = directory / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(state, indent=2, default=str) + "\n", encoding="utf-8")
         tmp.replace(directory / STATE_FILE)  # atomic: a crash never leaves half a state file
+
+
+def _interrupted_wall(state: dict[str, Any], directory: Path) -> float:
+    """Wall time an interrupted stage has spent so far: saved on Ctrl-C; after a kill (no chance to save), the
+    earlier attempts' time plus the last attempt's up to the newest file it wrote (a lower bound)."""
+    if "wall_s" in state:
+        return float(state["wall_s"])
+    before = float(state.get("wall_s_before", 0.0))
+    if state.get("started") is None:
+        return before
+    started = float(state["started"])
+    skip = {STATE_FILE, STATE_FILE + ".tmp", CONFIG_FILE}
+    newest = max(
+        (p.stat().st_mtime for p in directory.rglob("*") if p.is_file() and p.name not in skip), default=started
+    )
+    return before + max(0.0, newest - started)
 
 
 def _asdict(config: RunConfig) -> dict[str, Any]:
