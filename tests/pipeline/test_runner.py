@@ -113,7 +113,12 @@ def test_a_killed_stage_keeps_its_wall_time(tmp_path):
     state = json.loads((stage_dir / "stage.json").read_text())
     saved = state["wall_s"]  # Ctrl-C: saved
     # now pretend the process was killed 500 s into an attempt that had already run 100 s before it
-    state = {"status": "running", "input_hash": state["input_hash"], "started": 1000.0, "wall_s_before": 100.0}
+    state = {
+        "status": "running",
+        "input_hash": state["input_hash"],
+        "started": 1000.0,
+        "wall_s_before": 100.0,
+    }
     (stage_dir / "stage.json").write_text(json.dumps(state))
     os.utime(stage_dir / "partial.txt", (1500.0, 1500.0))
     assert run(tmp_path, calls) == ["skipped", "resumed", "ran"]

@@ -201,7 +201,12 @@ class Pipeline:
         started = time.time()
         self._write_state(
             directory,
-            {"status": "running", "input_hash": input_hash, "started": started, "wall_s_before": previous_wall},
+            {
+                "status": "running",
+                "input_hash": input_hash,
+                "started": started,
+                "wall_s_before": previous_wall,
+            },
         )
         ctx = StageContext(
             name=stage.name,
@@ -276,7 +281,8 @@ def _interrupted_wall(state: dict[str, Any], directory: Path) -> float:
     started = float(state["started"])
     skip = {STATE_FILE, STATE_FILE + ".tmp", CONFIG_FILE}
     newest = max(
-        (p.stat().st_mtime for p in directory.rglob("*") if p.is_file() and p.name not in skip), default=started
+        (p.stat().st_mtime for p in directory.rglob("*") if p.is_file() and p.name not in skip),
+        default=started,
     )
     return before + max(0.0, newest - started)
 
