@@ -163,3 +163,39 @@ def test_micro_batches_sharing_one_prefix_give_the_gradients_of_one_batch(tiny_m
     assert len(whole) == len(split) == 2 and a and a.keys() == b.keys()
     for name in a:
         torch.testing.assert_close(b[name], a[name], atol=1e-6, rtol=1e-4)
+
+
+def test_a_batch_of_equal_rewards_skips_the_passes_and_changes_what_it_would(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    """Every group's rewards equal (the tiny model solves nothing): the zero gradient is not computed, yet the
+    adapter after two steps is exactly the one the full forward/backward passes give (AdamW's decay included)."""
+
+    def run(out, skip):
+        if not skip:
+            monkeypatch.setattr(GRPOTrainer, "_gradient_is_zero", lambda self, adv: False)
+        args = _args(
+            tmp_path,
+            tiny_model_dir,
+            out=str(tmp_path / out),
+            steps=2,
+            dynamic_sampling=False,
+            weight_decay=0.1,
+        )
+        trainer = GRPOTrainer(args)
+        trainer.train()
+        monkeypatch.undo()
+        return trainer, _metrics(tmp_path / out)
+
+    skipped, m_skip = run("skip", True)
+    full, m_full = run("full", False)
+    assert [m["reward_std"] for m in m_skip] == [0.0, 0.0]
+    assert all(m.get("zero_advantage_batch") == 1 for m in m_skip)
+    assert not any("zero_advantage_batch" in m for m in m_full) and all(m["loss"] == 0.0 for m in m_full)
+    a = dict(skipped.policy.model.named_parameters())
+    changed = 0
+    for name, p in full.policy.model.named_parameters():
+        if p.requires_grad:
+            assert torch.equal(p, a[name]), name
+            changed += int(not torch.equal(p, torch.zeros_like(p)))
+    assert changed  # weight decay moved the (nonzero) LoRA A matrices on both paths alike

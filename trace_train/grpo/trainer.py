@@ -283,6 +283,8 @@ class GRPOTrainer:
         )
         n = len(seqs)
         n_updates = a.ppo_epochs * a.num_minibatches
+        if self._gradient_is_zero(adv):
+            return self._zero_gradient_updates(n_updates)
         gen = torch.Generator().manual_seed(a.seed * 7919 + self.state["step"])
         sums: dict[str, float] = dict.fromkeys(("clip_fraction", "kl"), 0.0)
         mismatch: dict[str, float] = dict.fromkeys(MISMATCH_KEYS, 0.0)  # its own dict: both have a "kl"
@@ -378,6 +380,33 @@ class GRPOTrainer:
             out["mismatch_abs_max"] = mismatch_max
             out["mismatch_tokens"] = mismatch_tokens
         return out
+
+    def _gradient_is_zero(self, adv: torch.Tensor) -> bool:
+        """Every group's rewards are equal (e.g. a task no rollout solves): every advantage is 0, so without a KL
+        term the policy loss and its gradient are exactly 0 and the forward/backward passes can be skipped (one
+        process: ranks would disagree on whether to run them)."""
+        return self.world == 1 and self.loss_cfg.beta == 0 and not bool((adv != 0).any())
+
+    def _zero_gradient_updates(self, n_updates: int) -> dict[str, float]:
+        """The optimiser updates a batch of zero advantages would make, without computing its zero gradients:
+        AdamW still decays its moments and the weights as it would after a zero-gradient backward."""
+        t0 = time.perf_counter()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        for _ in range(n_updates):
+            for p in params:
+                p.grad = torch.zeros_like(p)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        return {
+            "loss": 0.0,
+            "grad_norm": 0.0,
+            "optimizer_updates": n_updates,
+            "clip_fraction": 0.0,
+            "kl": 0.0,
+            "train_tokens_per_s": 0.0,
+            "train_seconds": time.perf_counter() - t0,
+            "zero_advantage_batch": 1,  # no forward/backward ran (nor the sampler-mismatch measurement)
+        }
 
     def _clip_and_check(self) -> float | None:
         params = [p for p in self.model.parameters() if p.requires_grad and p.grad is not None]
