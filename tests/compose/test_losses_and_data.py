@@ -63,3 +63,37 @@ def test_labels_sit_on_the_position_that_produced_each_generated_token():
     assert ex.gate_labels == [IGNORE, 2, 2, IGNORE, 2, IGNORE, IGNORE]
     assert ex.lm_mask == [0, 0, 1, 1, 0, 1, 0]
     assert label_trajectory(traj, slot=0, env_id="x", lm=False).lm_mask == [0] * 7
+
+
+def test_an_adapter_without_successes_is_labelled_on_oracle_episodes(composition):
+    """No rollout reaches min_reward: with ``oracle_episodes`` each slot is labelled on its env's oracle
+    conversations instead (train tasks from the oracle offset), and the report names them."""
+    from trace_train.compose.config import ComposeArgs
+    from trace_train.compose.data import collect_gate_data
+
+    envs = ["traintest/lookup-v0"] * 3
+    args = ComposeArgs(
+        adapters=["a"] * 3,
+        envs=envs,
+        episodes_per_env=1,
+        base_episodes_per_env=0,
+        min_reward=2.0,
+        max_new_tokens=4,
+        max_turns=2,
+        rollout_batch_size=1,
+        oracle_episodes=2,
+        difficulties=["none"] * 3,
+    )
+    examples, report = collect_gate_data(composition, composition.tokenizer, envs, args)
+    assert sorted({e.slot for e in examples}) == [1, 2, 3]
+    assert all(e.reward >= 1.0 and any(e.lm_mask) for e in examples)  # oracle episodes: solved, imitated
+    assert {k: v["kept"] for k, v in report.per_slot.items() if k.endswith("(oracle)")} == {
+        "cap0 (oracle)": 2,
+        "cap1 (oracle)": 2,
+        "cap2 (oracle)": 2,
+    }
+    args.oracle_episodes = 0
+    import pytest
+
+    with pytest.raises(RuntimeError, match="no adapter produced a successful episode"):
+        collect_gate_data(composition, composition.tokenizer, envs, args)

@@ -18,6 +18,13 @@ class ComposeArgs:
     episodes_per_env: int = 32  # rollouts of each adapter on its env (successes are kept)
     base_episodes_per_env: int = 8  # base rollouts per env, labelled slot 0
     min_reward: float = 1.0  # an adapter episode counts as a success from this reward
+    difficulties: list[int | None] = field(
+        default_factory=list
+    )  # per env (same order); default: each env's own
+    # an adapter with no successful rollout on its env is labelled on this many oracle episodes of the env
+    # instead (train tasks from oracle_seed_offset); 0: such an adapter gets no gate data
+    oracle_episodes: int = 0
+    oracle_seed_offset: int = 500_000
     temperature: float = 1.0
     max_new_tokens: int = 128
     max_turns: int = 6
@@ -35,6 +42,14 @@ class ComposeArgs:
     save_every: int = 50
     resume: bool = False  # continue from OUT/checkpoints/latest (data from OUT/gate_data.pt)
     tensorboard: bool = True
+
+    def __post_init__(self) -> None:
+        # from the command line the levels arrive as strings (`--difficulties 1 none`)
+        self.difficulties = [
+            None if d is None or str(d).lower() == "none" else int(d) for d in self.difficulties
+        ]
+        if self.oracle_episodes < 0:
+            raise ValueError(f"--oracle-episodes must be >= 0, got {self.oracle_episodes}")
 
 
 # Settings that must match for a resume to be meaningful.

@@ -9,6 +9,10 @@ Labels sit on the position that *produces* a token: the gate of position j decid
 the distribution of token j+1, so if token j+1 was generated under slot k, position j gets label k.
 Prompt and env tokens carry no label (they only give context). The LM loss covers generated tokens of
 successful episodes only (a failing base reply is a routing example, not something to imitate).
+
+An adapter with no successful rollout on its env (a small base that solves nothing there) leaves its slot
+without data; with ``oracle_episodes`` the env's oracle conversations stand in, labelled with that slot
+(``<name> (oracle)`` in the collection report).
 """
 
 from __future__ import annotations
@@ -70,7 +74,13 @@ class CollectionReport:
 
 
 def _rollouts(
-    policy: SlotPolicy, env_id: str, episodes: int, first_index: int, sampling: SamplingConfig, args: Any
+    policy: SlotPolicy,
+    env_id: str,
+    episodes: int,
+    first_index: int,
+    sampling: SamplingConfig,
+    args: Any,
+    difficulty: int | None = None,
 ) -> list[Trajectory]:
     trajs: list[Trajectory] = []
     envs = [make_env(env_id) for _ in range(min(args.rollout_batch_size, episodes))]
@@ -78,13 +88,34 @@ def _rollouts(
         for b in range(0, episodes, len(envs)):
             n = min(len(envs), episodes - b)
             specs = [
-                ResetSpec(seed=reset_seed("train", first_index + b + i, envs[0]), group=b + i, split="train")
+                ResetSpec(
+                    seed=reset_seed("train", first_index + b + i, envs[0]),
+                    group=b + i,
+                    split="train",
+                    difficulty=difficulty,
+                )
                 for i in range(n)
             ]
             trajs += collect(policy, envs[:n], specs, sampling, args.max_turns, args.max_total_tokens)
     finally:
         for env in envs:
             env.close()
+    return trajs
+
+
+def _oracle_episodes(
+    policy: SlotPolicy, env_id: str, episodes: int, first_index: int, difficulty: int | None
+) -> list[Trajectory]:
+    """The env's oracle conversations of train tasks ``first_index..``, rendered as the policy sees them."""
+    from trace_train.envs import train_reset_seed
+    from trace_train.sft import oracle_trajectories
+
+    probe = make_env(env_id)
+    try:
+        seeds = [train_reset_seed(first_index + i, probe) for i in range(episodes)]  # never test seeds
+    finally:
+        probe.close()
+    trajs, _failed = oracle_trajectories(policy, env_id, seeds, difficulty=difficulty)
     return trajs
 
 
@@ -97,21 +128,29 @@ def collect_gate_data(
             f"{len(env_ids)} envs for {len(composition.names)} adapters: give one env per adapter"
         )
     sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    difficulties = list(getattr(args, "difficulties", None) or [None] * len(env_ids))
+    if len(difficulties) != len(env_ids):
+        raise ValueError(f"{len(difficulties)} difficulties for {len(env_ids)} envs: give one per env")
     examples: list[GateExample] = []
     report = CollectionReport()
     torch.manual_seed(args.seed)
-    for k, env_id in enumerate(env_ids, start=1):
+    for k, (env_id, level) in enumerate(zip(env_ids, difficulties, strict=True), start=1):
         # one policy (and so one cached engine) per slot: a kept shared prefix must not cross slots
-        trajs = _rollouts(
-            SlotPolicy(composition, tokenizer, k), env_id, args.episodes_per_env, 0, sampling, args
-        )
+        policy = SlotPolicy(composition, tokenizer, k)
+        trajs = _rollouts(policy, env_id, args.episodes_per_env, 0, sampling, args, level)
         good = [t for t in trajs if t.reward >= args.min_reward and t.generated_tokens]
         examples += [label_trajectory(t, k, env_id, lm=True) for t in good]
         report.add(composition.names[k - 1], trajs, len(good))
+        if not good and getattr(args, "oracle_episodes", 0):
+            # nothing of the adapter's own to learn routing from: label the env's oracle episodes (what its
+            # successful rollouts would look like) with the adapter's slot
+            oracle = _oracle_episodes(policy, env_id, args.oracle_episodes, args.oracle_seed_offset, level)
+            examples += [label_trajectory(t, k, env_id, lm=True) for t in oracle]
+            report.add(f"{composition.names[k - 1]} (oracle)", oracle, len(oracle))
         if args.base_episodes_per_env:
             base_policy = SlotPolicy(composition, tokenizer, 0)
             base = _rollouts(
-                base_policy, env_id, args.base_episodes_per_env, args.episodes_per_env, sampling, args
+                base_policy, env_id, args.base_episodes_per_env, args.episodes_per_env, sampling, args, level
             )
             kept = [t for t in base if t.generated_tokens]
             examples += [label_trajectory(t, 0, env_id, lm=t.reward >= args.min_reward) for t in kept]

@@ -253,7 +253,7 @@ class GateTrainer:
                 "final": last,
             },
         )
-        return {"step": self.step, **last}
+        return {"step": self.step, **last, "data": self.data_report}
 
 
 def _status(m: dict[str, float]) -> str:

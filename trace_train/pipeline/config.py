@@ -176,6 +176,15 @@ class GatesConfig:
     )
     max_new_tokens: int = knob(96, "tokens per turn of the gate-data rollouts", minimum=1)
     max_turns: int = knob(8, "turn cap of the gate-data rollouts", minimum=1)
+    oracle_episodes: int = knob(
+        0,
+        "an adapter with no successful rollout on its env is labelled on this many oracle episodes of the env "
+        "instead (0: the gates get no data for it, and with no data at all the MoE is not trained)",
+        minimum=0,
+    )
+    oracle_seed_offset: int = knob(
+        500_000, "first train-split task index of those oracle episodes", minimum=0
+    )
 
 
 @dataclass

@@ -24,6 +24,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     set_threads(cfg.threads)
     for info in adapters.values():  # gate data: train tasks 0 .. episodes + base episodes - 1 of each env
         train_seeds("gates", info["env_id"], 0, g.episodes_per_env + g.base_episodes_per_env)
+        if g.oracle_episodes:
+            train_seeds("gates", info["env_id"], g.oracle_seed_offset, g.oracle_episodes)
     from trace_train.compose.config import ComposeArgs
     from trace_train.compose.train import compose
 
@@ -39,6 +41,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
         episodes_per_env=g.episodes_per_env,
         base_episodes_per_env=g.base_episodes_per_env,
         min_reward=g.min_reward,
+        difficulties=[adapters[n].get("difficulty") for n in names],  # the levels the adapters trained at
+        oracle_episodes=g.oracle_episodes,
+        oracle_seed_offset=g.oracle_seed_offset,
         max_new_tokens=g.max_new_tokens,
         max_turns=g.max_turns,
         steps=g.steps,
@@ -67,6 +72,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "artefact": str(ctx.dir),
         "names": names,
         "final": {k: v for k, v in last.items() if isinstance(v, int | float)},
+        "data": last.get("data"),  # per slot: episodes, kept, success (oracle stand-ins marked "(oracle)")
         "data_rollouts": len(names) * (g.episodes_per_env + g.base_episodes_per_env),
         "wall_s": round(time.time() - started, 1),
         "summary": f"gates over {names}: final loss {last.get('loss', float('nan')):.3f}",

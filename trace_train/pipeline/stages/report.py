@@ -193,6 +193,12 @@ def gates_section(ctx: StageContext) -> Section:
     if not g.get("artefact"):
         s.paragraphs.append(g["summary"])
         return s
+    oracle = {k: v for k, v in (g.get("data") or {}).items() if k.endswith("(oracle)")}
+    for name, info in oracle.items():
+        s.paragraphs.append(
+            f"No rollout of the {name.removesuffix(' (oracle)')} adapter succeeded on its env, so its gate labels "
+            f"come from {info['kept']} oracle episodes of that env (gates.oracle_episodes), not from the adapter."
+        )
     metrics = read_jsonl(Path(g["artefact"]) / "metrics.jsonl")
     shares = {
         k: [m.get(k) for m in metrics]
