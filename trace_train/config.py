@@ -87,6 +87,10 @@ class GRPOArgs(LoraArgs):
     ppo_epochs: int = 1
     num_minibatches: int = 1
     micro_batch_size: int = 8
+    # and at most this many tokens per forward/backward past the minibatch's shared prefix (at least one sequence):
+    # training memory grows with it, ~2 GB per 1,000 tokens of SmolLM2-135M in bf16 (4 x 2k-token sequences at
+    # once took the demo's process from 3 to 19 GB)
+    micro_batch_tokens: int = 4096
     dynamic_sampling: bool = False
     max_refill_rounds: int = 2
     # LoRA
@@ -121,7 +125,9 @@ class GRPOArgs(LoraArgs):
 
     def __post_init__(self) -> None:
         _check_positive(self, "steps", minimum=0)
-        _check_positive(self, "groups_per_step", "micro_batch_size", "ppo_epochs", "num_minibatches")
+        _check_positive(
+            self, "groups_per_step", "micro_batch_size", "micro_batch_tokens", "ppo_epochs", "num_minibatches"
+        )
         _check_positive(self, "max_new_tokens", "max_turns", "max_total_tokens", "lora_rank")
         _check_positive(self, "save_every", "max_refill_rounds", "num_threads", minimum=0)
         if self.group_size < 2:

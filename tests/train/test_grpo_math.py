@@ -215,3 +215,13 @@ def test_bad_loss_settings_are_clear_errors():
         LossConfig("grpo", beta=float("nan"))
     with pytest.raises(ValueError, match="is_cap"):
         LossConfig("grpo", is_cap=float("inf"))
+
+
+def test_micro_batches_respect_sequence_and_token_caps():
+    from types import SimpleNamespace
+
+    from trace_train.grpo.trainer import _micro_batches
+
+    args = SimpleNamespace(micro_batch_size=3, micro_batch_tokens=100)
+    assert _micro_batches([0, 1, 2, 3, 4], [10, 10, 10, 10, 10], args) == [[0, 1, 2], [3, 4]]
+    assert _micro_batches([0, 1, 2, 3], [60, 50, 40, 250], args) == [[0], [1, 2], [3]]  # 250 alone: >= 1 each

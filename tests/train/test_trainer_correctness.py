@@ -141,9 +141,9 @@ def test_micro_batches_sharing_one_prefix_give_the_gradients_of_one_batch(tiny_m
     real_prefix = trainer._batch_prefix
     trainer._batch_prefix = lambda *a: used.append((p := real_prefix(*a)) is not None) or p
 
-    def grads_with(micro: int) -> list[dict[str, torch.Tensor]]:
+    def grads_with(micro: int, tokens: int = 10**6) -> list[dict[str, torch.Tensor]]:
         trainer.policy.model.load_state_dict(start)
-        trainer.args.micro_batch_size = micro
+        trainer.args.micro_batch_size, trainer.args.micro_batch_tokens = micro, tokens
         trainer.optimizer.state.clear()
         seen: list[dict[str, torch.Tensor]] = []
         real_clip = trainer._clip_and_check
@@ -166,10 +166,14 @@ def test_micro_batches_sharing_one_prefix_give_the_gradients_of_one_batch(tiny_m
     assert used and all(used)
     # the first update only: later ones start from weights that Adam moved by ~lr*sign(g), which amplifies
     # float noise in near-zero gradients
-    a, b = whole[0], split[0]
-    assert len(whole) == len(split) == 2 and a and a.keys() == b.keys()
+    used.clear()
+    by_tokens = grads_with(4, tokens=1)  # micro_batch_tokens splits too: one sequence per micro-batch
+    assert used[-2:] == [True, True]  # the two training passes (the no-grad ones go by micro_batch_size)
+    a, b, c = whole[0], split[0], by_tokens[0]
+    assert len(whole) == len(split) == len(by_tokens) == 2 and a and a.keys() == b.keys() == c.keys()
     for name in a:
         torch.testing.assert_close(b[name], a[name], atol=1e-6, rtol=1e-4)
+        torch.testing.assert_close(c[name], b[name], atol=0, rtol=0)  # the same micro-batches either way
 
 
 def test_a_batch_of_equal_rewards_skips_the_passes_and_changes_what_it_would(

@@ -64,7 +64,9 @@ class GrowingLayer(DynamicLayer):
         self.is_initialized = True
 
     def _grow(self, need: int) -> None:
-        cap = max(need, 2 * self.capacity)
+        cap = max(
+            need, self.capacity + max(self.capacity // 2, 64)
+        )  # 1.5x: old and new coexist while copying
         for name in ("keys", "values"):
             old = getattr(self, name)
             new = old.new_empty((*old.shape[:2], cap, old.shape[3]))

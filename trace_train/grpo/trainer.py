@@ -245,14 +245,18 @@ class GRPOTrainer:
             model, ids.to(dev), attn.to(dev), pmask.to(dev), sampling=self.sampling, share_prefix=share
         )
 
-    def _batch_prefix(self, model, seqs, masks) -> PrefixKV | None:
-        """The prefix ``seqs`` share (the task prompt within a group, the system/tools prompt across groups),
-        computed once for all their micro-batches: cached engine, one process (a backward outside the DDP
-        wrapper would not be all-reduced), and only when the minibatch spans more than one micro-batch."""
-        if self.args.engine == "simple" or self.world > 1 or len(seqs) <= self.args.micro_batch_size:
-            return None
-        shared = shared_prefix_length(seqs, masks)
-        return PrefixKV.compute(model, seqs[0][:shared]) if shared else None
+    def _shareable_prefix(self, seqs, masks) -> int:
+        """The length of the prefix ``seqs`` share (the task prompt within a group, the system/tools prompt
+        across groups) when it can be computed once for their micro-batches: cached engine, one process (a
+        backward outside the DDP wrapper would not be all-reduced); else 0."""
+        if self.args.engine == "simple" or self.world > 1:
+            return 0
+        return shared_prefix_length(seqs, masks)
+
+    def _batch_prefix(self, model, seqs, shared: int, n_micro: int) -> PrefixKV | None:
+        """That prefix, computed once (with gradient when ``model`` trains) when there is more than one
+        micro-batch to share it."""
+        return PrefixKV.compute(model, seqs[0][:shared]) if shared and n_micro > 1 else None
 
     @torch.no_grad()
     def _frozen_logprobs(self, seqs, masks, ref: bool) -> list[torch.Tensor]:
@@ -262,7 +266,8 @@ class GRPOTrainer:
         mb = self.args.micro_batch_size
         model = self.policy.model
         with model.disable_adapter() if ref else contextlib.nullcontext():
-            prefix = self._batch_prefix(model, seqs, masks)
+            shared = self._shareable_prefix(seqs, masks)
+            prefix = self._batch_prefix(model, seqs, shared, math.ceil(len(seqs) / mb))
             for s in range(0, len(seqs), mb):
                 logp, tmask = self._logprobs(model, seqs[s : s + mb], masks[s : s + mb], prefix)
                 out += [row[m > 0] for row, m in zip(logp, tmask, strict=True)]
@@ -312,12 +317,11 @@ class GRPOTrainer:
                 local = normaliser(mb_mask, a.loss_type, a.max_new_tokens * a.max_turns)
                 # one normaliser for the whole data-parallel minibatch (DAPO: all ranks' tokens)
                 norm, scale = global_normaliser(local, self._all_reduce_sum, self.world)
-                micro = [
-                    mb_idx[s : s + a.micro_batch_size] for s in range(0, len(mb_idx), a.micro_batch_size)
-                ]
-                mb_loss = 0.0
                 mb_seqs, mb_masks = [seqs[i] for i in mb_idx], [masks[i] for i in mb_idx]
-                prefix = self._batch_prefix(self.model, mb_seqs, mb_masks)
+                shared = self._shareable_prefix(mb_seqs, mb_masks)
+                micro = _micro_batches(mb_idx, [len(seqs[i]) - shared for i in mb_idx], a)
+                mb_loss = 0.0
+                prefix = self._batch_prefix(self.model, mb_seqs, shared, len(micro))
                 for k, idx in enumerate(micro):
                     ctx = self.acc.no_sync(self.model) if k < len(micro) - 1 else contextlib.nullcontext()
                     with ctx:
@@ -551,3 +555,18 @@ def _mean(xs: list[float]) -> float:
 
 def train(args: GRPOArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
     return GRPOTrainer(args, policy).train()
+
+
+def _micro_batches(indices: list[int], tokens: list[int], args: GRPOArgs) -> list[list[int]]:
+    """Consecutive micro-batches of ``indices``: at most ``micro_batch_size`` sequences and, past the first
+    sequence, at most ``micro_batch_tokens`` tokens (each sequence counted past the shared prefix)."""
+    out: list[list[int]] = []
+    count = 0
+    for i, n in zip(indices, tokens, strict=True):
+        if out and len(out[-1]) < args.micro_batch_size and count + n <= args.micro_batch_tokens:
+            out[-1].append(i)
+            count += n
+        else:
+            out.append([i])
+            count = n
+    return out
