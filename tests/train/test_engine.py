@@ -3,6 +3,8 @@ right across turns (error replies, conversations that end early, holes squeezed 
 
 from __future__ import annotations
 
+import itertools
+
 import gymnasium as gym
 import pytest
 import torch
@@ -88,6 +90,32 @@ def test_greedy_cached_equals_simple_across_ragged_turns(max_padding):
     assert errors  # some conversations went on after an error reply
     stats = policy._cached_engine.stats
     assert stats.compactions >= 1  # the conversation that ended early left the batch
+
+
+@PREFILL
+def test_rows_that_finish_leave_the_decode_steps(max_padding):
+    """With many end-of-turn tokens the rows finish their turns at different steps, so the decode steps drop
+    the finished ones (cache rows permuted, then put back in order). Sampled under one seed, every turn's
+    tokens and log-probs are those of an engine that keeps every row to the end of the turn."""
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=16)
+    runs = []
+    for min_idle in (1.01, 0.25):  # never drop rows; drop them once a quarter of the running rows are done
+        policy = _policy()
+        policy.eos_ids = policy.eos_ids | set(range(40, 400, 7))  # ~1 in 7 tokens ends a turn
+        engine = engine_for(policy)
+        engine.max_prefill_padding, engine.min_idle_fraction = max_padding, min_idle
+        session = engine.session(sampling, generator=torch.Generator().manual_seed(5))
+        seeds = list(range(8))
+        envs = [RaggedEnv() for _ in seeds]
+        runs.append(collect(policy, envs, [ResetSpec(seed=s) for s in seeds], sampling, 5, generator=session))
+        shrinks = engine.stats.row_shrinks
+    kept, dropped = runs
+    assert shrinks >= 2
+    for a, b in zip(kept, dropped, strict=True):
+        assert a.token_ids == b.token_ids and a.policy_mask == b.policy_mask
+        assert torch.allclose(torch.tensor(a.sampler_logprobs), torch.tensor(b.sampler_logprobs), atol=1e-5)
+    turn_lengths = {len(list(run)) for t in dropped for m, run in itertools.groupby(t.policy_mask) if m}
+    assert len(turn_lengths) >= 4  # the turns did end at different steps
 
 
 @PREFILL

@@ -87,28 +87,29 @@ class MoEPolicy(HFPolicy):
         def generate(prompts: list[list[int]], active: list[int], turn: int):
             with self.composition.recording() as logs:
                 outs, lps = session(prompts, active, turn)
-            self._count_decode_steps(logs, outs)
+            self._count_decode_steps(logs, outs, session.decode_rows)
             return outs, lps
 
         generate.can_join = session.can_join  # continuous batching (rollout.stream_collect)
         return generate
 
-    def _count_decode_steps(self, logs: list[list[torch.Tensor]], outs: list[list[int]]) -> None:
-        # the last max(len) - 1 forwards of a turn are its decode steps, one row per conversation in order;
-        # step j's row r produced token j + 1 of that row's output (when it has one)
-        steps = max((len(o) for o in outs), default=0) - 1
+    def _count_decode_steps(
+        self, logs: list[list[torch.Tensor]], outs: list[list[int]], step_rows: list[list[int]]
+    ) -> None:
+        # the last len(step_rows) forwards of a turn are its decode steps; step j ran the rows step_rows[j] (the
+        # engine drops rows that finished) and its row i produced token j + 1 of output step_rows[j][i]
+        steps = len(step_rows)
         if steps <= 0:
             return
         names = self.composition.slot_names
         kinds = ["tool call" if TOOL_CALL.search(self.decode(o)) else "reply" for o in outs]
         for layer in logs:
             for j, logits in enumerate(layer[-steps:]):
-                if logits.shape[0] != len(outs):
-                    raise RuntimeError(f"a decode step routed {logits.shape[0]} rows for {len(outs)} outputs")
-                chosen = logits.argmax(-1).tolist()
-                for r, out in enumerate(outs):
-                    if len(out) > j + 1:
-                        self.choices[(self.context, kinds[r], names[chosen[r]])] += 1
+                if logits.shape[0] != len(step_rows[j]):
+                    raise RuntimeError(f"a decode step routed {logits.shape[0]} rows for {len(step_rows[j])}")
+                for r, slot in zip(step_rows[j], logits.argmax(-1).tolist(), strict=True):
+                    if len(outs[r]) > j + 1:
+                        self.choices[(self.context, kinds[r], names[slot])] += 1
 
     def generate_with_logprobs(
         self, prompts: list[list[int]], sampling: SamplingConfig, logprobs: bool = True

@@ -34,6 +34,9 @@ class GrowingLayer(DynamicLayer):
         # row by row, so no row is padded to the longest); None: updates write every row at ``used``
         self.window: tuple[int, int, int] | None = None
         self.block_end = 0  # the end of the block of columns the rows are writing through windows
+        # None: updates run every row; n: a decode step runs rows [0, n) only (the others finished their turn),
+        # and the others' new column is a zeroed hole
+        self.live_rows: int | None = None
 
     def open_block(self, rows: int, end: int) -> None:
         """Rows are about to write columns ``used:end`` one at a time: make room and zero them (a column a row
@@ -87,10 +90,14 @@ class GrowingLayer(DynamicLayer):
             return self.keys[row : row + 1, :, : col + n], self.values[row : row + 1, :, : col + n]
         if self.used + n > self.capacity:
             self._grow(self.used + n)
-        self.keys[:, :, self.used : self.used + n] = key_states
-        self.values[:, :, self.used : self.used + n] = value_states
+        live = self.keys.shape[0] if self.live_rows is None else self.live_rows
+        self.keys[:live, :, self.used : self.used + n] = key_states
+        self.values[:live, :, self.used : self.used + n] = value_states
+        if live < self.keys.shape[0]:
+            self.keys[live:, :, self.used : self.used + n] = 0
+            self.values[live:, :, self.used : self.used + n] = 0
         self.used += n
-        return self.keys[:, :, : self.used], self.values[:, :, : self.used]
+        return self.keys[:live, :, : self.used], self.values[:live, :, : self.used]
 
     def get_seq_length(self) -> int:
         if self.window is not None:  # what the row attends to before the tokens being written
@@ -110,6 +117,13 @@ class GrowingLayer(DynamicLayer):
         for name in ("keys", "values"):
             buf = getattr(self, name)
             setattr(self, name, torch.cat([buf, buf.new_zeros((n, *buf.shape[1:]))], dim=0))
+
+    def permute_rows(self, source: torch.Tensor, moved: torch.Tensor) -> None:
+        """Row ``moved[i]`` takes what row ``source[i]`` holds (a permutation restricted to the rows it moves)."""
+        if not self.is_initialized:
+            return
+        for buf in (self.keys, self.values):
+            buf[moved, :, : self.used] = buf[source, :, : self.used]  # the right side is a copy: safe
 
     def gather(self, rows: torch.Tensor, cols: torch.Tensor) -> None:
         """Keep ``rows`` and, for each, the columns ``cols[r]`` (``[R, T']`` indices), in a fresh buffer."""
@@ -199,6 +213,26 @@ class RaggedCache:
         if not self.mask.numel():
             return 0.0
         return 1.0 - float(self.mask.sum(1).max()) / self.width
+
+    def permute_rows(self, order: list[int]) -> None:
+        """Row ``r`` becomes what row ``order[r]`` was (``order`` a permutation); only moved rows are copied."""
+        if sorted(order) != list(range(self.rows)):
+            raise ValueError(f"not a permutation of the cache's {self.rows} rows: {order}")
+        moved = [r for r, o in enumerate(order) if o != r]
+        if not moved:
+            return
+        source = torch.tensor([order[r] for r in moved], dtype=torch.long)
+        dest = torch.tensor(moved, dtype=torch.long)
+        self.mask[dest] = self.mask[source]
+        self.ids = [self.ids[o] for o in order]
+        for layer in self.layers:
+            device = layer.keys.device if layer.is_initialized else "cpu"
+            layer.permute_rows(source.to(device), dest.to(device))
+
+    def set_live_rows(self, n: int | None) -> None:
+        """Forward passes run rows ``[0, n)`` only (None: all rows); see :attr:`GrowingLayer.live_rows`."""
+        for layer in self.layers:
+            layer.live_rows = n
 
     def add_rows(self, n: int) -> None:
         """Append ``n`` rows holding only the shared prefix (or nothing): holes in every existing column.

@@ -44,6 +44,7 @@ class EngineStats:
     decode_seconds: float = 0.0
     compactions: int = 0
     joins: int = 0  # conversations that joined a running batch (continuous batching)
+    row_shrinks: int = 0  # decode steps that dropped finished rows (see ``Session._decode``)
 
 
 def common_prefix_length(seqs: list[list[int]]) -> int:
@@ -113,6 +114,7 @@ class CachedEngine:
         max_hole_fraction: float = 0.5,
         share_prefix: bool = True,
         max_prefill_padding: float = 0.25,
+        min_idle_fraction: float = 0.25,
     ):
         self.model = model
         self.eos_ids = set(eos_ids)
@@ -123,6 +125,8 @@ class CachedEngine:
         self.max_prefill_padding = (
             max_prefill_padding  # above this padding share, a turn's prefill goes row by row
         )
+        # a decode step drops finished rows once they are this share of those it runs (1.01: never)
+        self.min_idle_fraction = min_idle_fraction
         self.share_prefix = share_prefix  # keep the shared prefix once per batch, not once per row (CPU sdpa)
         self.stats = EngineStats()
         self._prefix_ids: list[int] = []
@@ -279,6 +283,9 @@ class Session:
         self.runner = ModelRunner(engine.model)
         self.cache: RaggedCache | None = None
         self.row_of: dict[int, int] = {}  # conversation index -> row
+        self.decode_rows: list[
+            list[int]
+        ] = []  # the last turn's decode steps: the rows each ran (see _decode)
 
     def __call__(self, prompts: list[list[int]], active: list[int], turn: int):
         if not prompts:
@@ -379,40 +386,82 @@ class Session:
         self.row_of = {conv: r for r, conv in enumerate(active)}
 
     def _decode(self, logits: torch.Tensor) -> tuple[list[list[int]], list[list[float]]]:
+        """Sample every row's turn. A row that has finished (its last token fed) leaves the decode steps: when
+        enough rows have, the cache's rows are permuted so the running ones come first and the steps run only
+        those (a turn lasts as long as its longest answer; most rows finish far earlier). The rows are put back
+        in order at the end. ``self.decode_rows[j]`` lists the rows decode step ``j`` ran, in its row order."""
         eng, s, cache = self.engine, self.sampling, self.cache
         rows = cache.rows
         eos = sorted(eng.eos_ids)
         out: list[list[int]] = [[] for _ in range(rows)]
         lps: list[list[float]] = [[] for _ in range(rows)]
-        done = torch.zeros(rows, dtype=torch.bool)
-        fed = torch.ones(rows, dtype=torch.bool)  # each row's latest token is in the cache
+        order = list(range(rows))  # cache row p holds conversation row order[p]
+        live = rows  # decode steps run cache rows [0, live)
+        done = [False] * rows  # per cache row: its turn is over
+        fed = [True] * rows  # per cache row: its latest token is in the cache
+        self.decode_rows = []
         device = logits.device
-        for step in range(s.max_new_tokens):
-            suppress = eos if step < s.min_new_tokens else None
-            tok, lp = next_tokens(logits, s, self.generator, suppress)
-            tok, lp = tok.cpu(), lp.cpu()
-            for r in range(rows):
-                if not done[r]:
-                    out[r].append(int(tok[r]))
-                    lps[r].append(float(lp[r]))
-                    fed[r] = False
-                    if int(tok[r]) in eng.eos_ids or len(out[r]) >= s.max_new_tokens:
-                        done[r] = True
-            if bool(done.all()):
-                break
-            # feed each row's newest token; rows that finished and fed theirs get a masked hole
-            feed = ~fed
-            ids = torch.where(feed, torch.tensor([o[-1] for o in out]), torch.tensor(eng.pad_id))
-            mask = cache.append_columns(feed[:, None])
-            pos = cache.positions()[:, None]
-            zero = torch.zeros(rows, dtype=torch.long)
-            logits = self.runner(ids[:, None].to(device), mask.to(device), pos.to(device), cache, zero)
-            for r in range(rows):
-                if feed[r]:
-                    cache.ids[r].append(out[r][-1])
-            eng.stats.decode_tokens += int(feed.sum())
-            fed[:] = True
+        try:
+            for step in range(s.max_new_tokens):
+                suppress = eos if step < s.min_new_tokens else None
+                # one draw per conversation row whether or not it still runs: the random stream, hence what is
+                # sampled, does not depend on when rows leave the decode steps
+                u = None
+                if not s.greedy:
+                    u = torch.rand((rows, 1), generator=self.generator, dtype=torch.float64, device=device)
+                    u = u[torch.tensor(order[:live], device=device)]
+                tok, lp = next_tokens(logits, s, self.generator, suppress, uniforms=u)
+                tok, lp = tok.tolist(), lp.tolist()
+                for p in range(live):
+                    if not done[p]:
+                        r = order[p]
+                        out[r].append(tok[p])
+                        lps[r].append(float(lp[p]))
+                        fed[p] = False
+                        done[p] = tok[p] in eng.eos_ids or len(out[r]) >= s.max_new_tokens
+                if all(done):
+                    break
+                idle = sum(done[p] and fed[p] for p in range(live))
+                if idle and idle >= live * self.engine.min_idle_fraction:
+                    live = self._shrink(order, done, fed, live)
+                # feed each running row's newest token; a row that finished and fed its last gets a masked hole
+                feed = [not f for f in fed[:live]]
+                ids = torch.tensor([out[order[p]][-1] if feed[p] else eng.pad_id for p in range(live)])
+                mask = cache.append_columns(torch.tensor(feed + [False] * (rows - live))[:, None])
+                pos = cache.positions()[:live, None]
+                zero = torch.zeros(live, dtype=torch.long)
+                cache.set_live_rows(live if live < rows else None)
+                logits = self.runner(
+                    ids[:, None].to(device), mask[:live].to(device), pos.to(device), cache, zero
+                )
+                self.decode_rows.append(order[:live])
+                for p in range(live):
+                    if feed[p]:
+                        cache.ids[p].append(out[order[p]][-1])
+                        fed[p] = True
+                eng.stats.decode_tokens += sum(feed)
+        finally:
+            cache.set_live_rows(None)
+            if order != list(range(rows)):  # conversation row r back in cache row r
+                where = {o: p for p, o in enumerate(order)}
+                cache.permute_rows([where[r] for r in range(rows)])
         return out, lps
+
+    def _shrink(self, order: list[int], done: list[bool], fed: list[bool], live: int) -> int:
+        """Move the rows still running to the front of ``[0, live)`` (swapping each with an idle row there);
+        returns the new number of running rows. ``order``, ``done``, ``fed`` are permuted alongside."""
+        running = [p for p in range(live) if not (done[p] and fed[p])]
+        n = len(running)
+        late = [p for p in running if p >= n]  # running rows past the new end
+        holes = [p for p in range(n) if done[p] and fed[p]]  # idle rows before it
+        swap = list(range(self.cache.rows))
+        for a, b in zip(late, holes, strict=True):
+            swap[a], swap[b] = b, a
+            for lst in (order, done, fed):
+                lst[a], lst[b] = lst[b], lst[a]
+        self.cache.permute_rows(swap)
+        self.engine.stats.row_shrinks += 1
+        return n
 
 
 class _null:
