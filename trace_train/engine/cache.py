@@ -5,7 +5,9 @@ at once (the env's new tokens, right-padded to the longest; then one column per 
 attention mask marks which columns of a row hold real tokens. Rotary positions are per row (``position_ids`` =
 the row's own token count), so a hole in a row changes nothing in what its tokens see. Nothing is re-padded when
 conversations grow unevenly; rows are dropped (conversation over) or holes squeezed out only by an occasional
-:meth:`RaggedCache.compact`, one gather per layer.
+:meth:`RaggedCache.compact`, one gather per layer. Within a turn, rows that finished decoding are moved behind the
+running ones (:meth:`RaggedCache.permute_rows`, copying only the moved rows) and the decode steps run the first
+rows only (:meth:`RaggedCache.set_live_rows`); the others get zeroed holes.
 
 With a shared prefix (:meth:`RaggedCache.start_from_prefix` with ``share=True``) the rows' layers hold only the
 columns after the prefix, whose K/V is kept once (:class:`trace_train.engine.attention.SharedPrefix`); the mask,

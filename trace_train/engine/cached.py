@@ -3,7 +3,9 @@
 ``CachedEngine.session(sampling)`` returns a rollout generator (the ``Generator`` of
 :func:`trace_train.rollout.collect`): called once per turn with every unfinished conversation's full token ids,
 it prefills only what its cache does not hold yet (the previous turn's last generated token, the env's reply,
-the next generation prompt), then decodes all conversations together, one token per row per step.
+the next generation prompt), then decodes all conversations together, one token per row per step; rows whose
+turn is over leave the decode steps (a turn lasts as long as its longest answer, and on retail most rows finish
+far earlier: decode 1.65x faster on a 32-row stream of the demo's agent).
 
 - Shared prefix: at the first turn, the longest common prefix of all prompts (the system prompt and tool
   schemas: ~2,600 SmolLM2 tokens on retail) is prefilled once as a single row. On CPU with sdpa attention the
