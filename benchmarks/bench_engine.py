@@ -19,7 +19,10 @@ Figures (each side runs in its own subprocess, one after the other, so each repo
 7. its effect on learning: SFT warm starts on the same retail oracle episodes rendered with JSON and with compact
    tools, each evaluated on the same test tasks (success, paired McNemar test);
 8. continuous batching: retail test episodes on the cached engine, one batch after another vs streamed (a finished
-   episode's slot starts the next at once): wall time and the share of identical trajectories.
+   episode's slot starts the next at once): wall time and the share of identical trajectories;
+9. finished rows leaving the decode steps: the streamed run of figure 8 with every row kept to the end of each
+   turn vs rows dropped as they finish (``CachedEngine.min_idle_fraction``): decode seconds, wall time, share
+   of identical trajectories.
 
 Reduced sizes are written into the results (``sizes``), so ratios are never read without them. Every side
 reports wall seconds and CPU seconds of its process: on a machine shared with other jobs the CPU-time ratio
@@ -381,16 +384,19 @@ def side_tool_ab(fmt: str, episodes: int, eval_episodes: int, difficulty: int, m
 
 
 def side_batching(
-    mode: str, episodes: int, batch: int, turns: int, tokens: int, model: str
+    mode: str, episodes: int, batch: int, turns: int, tokens: int, model: str, min_idle: float = 0.25
 ) -> dict[str, Any]:
     """Retail test episodes on the cached engine (bf16, greedy): one batch after another (``chunked``, what
-    ``trace evaluate`` did) or continuously batched (``stream``: a finished episode's slot starts the next)."""
+    ``trace evaluate`` did) or continuously batched (``stream``: a finished episode's slot starts the next).
+    ``min_idle``: the engine's ``min_idle_fraction`` (above 1: finished rows stay in the decode steps)."""
+    from trace_train.engine import engine_for
     from trace_train.envs import make_env, reset_seed
     from trace_train.policies.base import SamplingConfig
     from trace_train.policies.hf import HFPolicy
     from trace_train.rollout import ResetSpec, collect, stream_collect
 
     policy = HFPolicy.from_pretrained(model, dtype="bfloat16")
+    engine_for(policy).min_idle_fraction = min_idle
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=tokens)
     envs = [make_env("trace/retail-v1") for _ in range(batch)]
     specs = [
@@ -408,6 +414,7 @@ def side_batching(
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {
         "mode": mode,
+        "min_idle_fraction": min_idle,
         "seconds": wall,
         "cpu_seconds": cpu,
         "episodes": episodes,
@@ -465,7 +472,7 @@ def main() -> None:
     p.add_argument("--preset", choices=sorted(PRESETS), default="issue")
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--tiny", action="store_true", help="a tiny random model (smoke test of the script)")
-    p.add_argument("--figures", default="1,2,3,4,5,6,7,8", help="comma-separated figure numbers to run")
+    p.add_argument("--figures", default="1,2,3,4,5,6,7,8,9", help="comma-separated figure numbers to run")
     p.add_argument("--skip-trl", action="store_true")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per side")
     p.add_argument("--threads", type=int, default=2)
@@ -573,6 +580,30 @@ def main() -> None:
             "stream": stream,
             "speedup": _ratio(chunked, stream, "seconds"),
             "identical_trajectories": same,  # bf16: batch composition may flip a near-tied greedy token
+        }
+    if 9 in figures:
+        print("9. finished rows leave the decode steps (streamed, cached engine, bf16)", flush=True)
+        kw = dict(
+            episodes=z["stream_episodes"],
+            batch=z["stream_batch"],
+            turns=z["eval_turns"],
+            tokens=z["eval_tokens"],
+            mode="stream",
+            model=a.model,
+        )
+        kept = run_side("batching", t, min_idle=1.01, **kw)
+        dropped = run_side("batching", t, min_idle=0.25, **kw)
+        same = None
+        if "error" not in kept and "error" not in dropped:
+            pairs = zip(kept.pop("token_ids_digest"), dropped.pop("token_ids_digest"), strict=True)
+            same = sum(x == y for x, y in pairs) / kept["episodes"]
+        decode = [v.get("engine_stats", {}).get("decode_seconds") for v in (kept, dropped)]
+        report["decode_row_drop"] = {
+            "kept": kept,
+            "dropped": dropped,
+            "speedup": _ratio(kept, dropped, "seconds"),
+            "decode_speedup": decode[0] / decode[1] if all(decode) else None,
+            "identical_trajectories": same,
         }
     if 5 in figures:
         print("5. roofline", flush=True)
