@@ -132,3 +132,28 @@ def test_missing_adapter_dir_is_named(compose_base, tmp_path):
     model, _ = load_model(compose_base)
     with pytest.raises(FileNotFoundError, match="nope"):
         build_composition(model, [AdapterSpec("a", str(tmp_path / "nope"))])
+
+
+def test_resume_with_data_but_no_checkpoint_reuses_the_data(
+    trained, compose_base, adapters, tmp_path, monkeypatch
+):
+    """A run stopped after collecting its gate data but before its first checkpoint restarts at step 0 on the
+    kept data (no new rollouts) and ends where an uninterrupted run ends."""
+    import trace_train.compose.train as train_mod
+
+    out, _ = trained
+    full = load_file(str(out / "gates.safetensors"))
+    part = tmp_path / "part"
+    part.mkdir()
+    (part / "gate_data.pt").write_bytes((out / "gate_data.pt").read_bytes())
+
+    def no_rollouts(*a, **k):
+        raise AssertionError("the kept gate data was collected again")
+
+    monkeypatch.setattr(train_mod, "collect_gate_data", no_rollouts)
+    compose(args_for(compose_base, adapters, part, steps=4, resume=True))
+    resumed = load_file(str(part / "gates.safetensors"))
+    for k in full:
+        assert torch.equal(full[k], resumed[k]), k
+    with pytest.raises(Exception, match="gate_data.pt is missing and there is no checkpoint"):
+        compose(args_for(compose_base, adapters, tmp_path / "empty", steps=4, resume=True))

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from tests.compose.helpers import randomise_gates
 from trace_train.compose.data import label_trajectory
 from trace_train.compose.losses import IGNORE, balance_loss, label_loss, lm_loss
 from trace_train.rollout import ResetSpec, Trajectory
@@ -97,3 +98,36 @@ def test_an_adapter_without_successes_is_labelled_on_oracle_episodes(composition
 
     with pytest.raises(RuntimeError, match="no adapter produced a successful episode"):
         collect_gate_data(composition, composition.tokenizer, envs, args)
+
+
+def test_micro_batches_give_the_whole_batch_gradient(composition):
+    """Gate training split into micro-batches (each right-padded alone, gradients accumulated) gives the
+    whole batch's label and LM losses and gate gradients; the LM head runs only on target positions."""
+    from trace_train.compose.config import ComposeArgs
+    from trace_train.compose.data import GateExample
+    from trace_train.compose.train import gate_step, micro_batches
+
+    randomise_gates(composition, seed=2)
+    gen = torch.Generator().manual_seed(0)
+    examples = []
+    for i, n in enumerate([9, 14, 6, 11]):
+        ids = torch.randint(5, 300, (n,), generator=gen).tolist()
+        labels = [IGNORE if j < n // 2 else (i % 4) for j in range(n)]
+        lm = [0] * (n // 2) + [1] * (n - n // 2)
+        examples.append(GateExample(ids, labels, lm, slot=i % 4, env_id="x", reward=1.0))
+    assert [len(g) for g in micro_batches(examples, 28)] == [2, 2]
+    assert [len(g) for g in micro_batches(examples, 0)] == [4]
+    pad = composition.tokenizer.pad_token_id
+    results, grads = [], []
+    for tokens in (0, 20):  # whole batch; then micro-batches of at most 20 padded positions
+        args = ComposeArgs(adapters=[], envs=[], balance_weight=0.0, micro_batch_tokens=tokens)
+        for p in composition.gate_parameters():
+            p.grad = None
+        results.append(gate_step(composition, examples, args, pad))
+        grads.append([p.grad.clone() for p in composition.gate_parameters()])
+    whole, split = results
+    assert whole["micro_batches"] == 1 and split["micro_batches"] == 4
+    for key in ("label_loss", "lm_loss", "loss", "label_accuracy"):
+        assert math.isclose(whole[key], split[key], rel_tol=1e-5), key
+    for a, b in zip(*grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)

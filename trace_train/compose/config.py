@@ -33,6 +33,9 @@ class ComposeArgs:
     # optimisation (only the gates train)
     steps: int = 200
     batch_size: int = 4
+    # padded positions per forward/backward (a step's examples are split, gradients accumulate): four 2.7k-token
+    # retail conversations at once took the demo past 24 GB; 0 = the whole batch at once
+    micro_batch_tokens: int = 4096
     lr: float = 1e-3
     max_grad_norm: float = 1.0
     label_weight: float = 1.0  # gate cross-entropy against the token labels
@@ -40,7 +43,9 @@ class ComposeArgs:
     balance_weight: float = 0.01  # Switch load-balancing term
     base_bias: float = 1.0  # initial slot-0 bias of every gate (routing starts at the base)
     save_every: int = 50
-    resume: bool = False  # continue from OUT/checkpoints/latest (data from OUT/gate_data.pt)
+    # continue from OUT/checkpoints/latest with the data of OUT/gate_data.pt; with the data but no checkpoint yet
+    # (a run stopped before its first save), start at step 0 on that data
+    resume: bool = False
     tensorboard: bool = True
 
     def __post_init__(self) -> None:
@@ -48,6 +53,8 @@ class ComposeArgs:
         self.difficulties = [
             None if d is None or str(d).lower() == "none" else int(d) for d in self.difficulties
         ]
+        if self.micro_batch_tokens < 0:
+            raise ValueError(f"--micro-batch-tokens must be >= 0, got {self.micro_batch_tokens}")
         if self.oracle_episodes < 0:
             raise ValueError(f"--oracle-episodes must be >= 0, got {self.oracle_episodes}")
 

@@ -12,12 +12,17 @@ from torch.nn import functional as F
 IGNORE = -100
 
 
-def label_loss(gate_logits: list[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
-    """Mean over layers of the cross-entropy between each token's gate and its slot label (IGNORE skipped)."""
+def label_loss(
+    gate_logits: list[torch.Tensor], labels: torch.Tensor, normalizer: int | None = None
+) -> torch.Tensor:
+    """Mean over layers of the cross-entropy between each token's gate and its slot label (IGNORE skipped):
+    the mean over labelled tokens, or their sum over ``normalizer`` (a micro-batch's part of a batch mean)."""
     labels = labels.reshape(-1)
-    if not (labels != IGNORE).any():
+    known = int((labels != IGNORE).sum())
+    if not known:
         return gate_logits[0].sum() * 0.0
-    return torch.stack([F.cross_entropy(lg, labels, ignore_index=IGNORE) for lg in gate_logits]).mean()
+    per_layer = [F.cross_entropy(lg, labels, ignore_index=IGNORE, reduction="sum") for lg in gate_logits]
+    return torch.stack(per_layer).mean() / (normalizer or known)
 
 
 def balance_loss(gate_logits: list[torch.Tensor], valid: torch.Tensor) -> torch.Tensor:
@@ -49,3 +54,21 @@ def lm_loss(logits: torch.Tensor, input_ids: torch.Tensor, target_mask: torch.Te
     return F.cross_entropy(
         logits[:, :-1].reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE
     )
+
+
+def lm_loss_from_hidden(
+    hidden: torch.Tensor,
+    head: torch.nn.Module,
+    input_ids: torch.Tensor,
+    target_mask: torch.Tensor,
+    normalizer: int | None = None,
+) -> torch.Tensor:
+    """:func:`lm_loss` from the last hidden states ``[B, T, H]``, with the LM head run only on the positions
+    that predict a target (a vocabulary-wide logit row per token of a 2k-token conversation is gigabytes). The
+    sum over targets divided by ``normalizer`` when given (a micro-batch's part of a batch mean)."""
+    picked = target_mask[:, 1:] == 1
+    n = int(picked.sum())
+    if not n:
+        return hidden.sum() * 0.0
+    logits = head(hidden[:, :-1][picked]).float()
+    return F.cross_entropy(logits, input_ids[:, 1:][picked], reduction="sum") / (normalizer or n)

@@ -29,10 +29,10 @@ from safetensors.torch import load_file, save_file
 from trace_train.compose.artefact import AdapterSpec, adapter_dir, build_composition, save_composition
 from trace_train.compose.config import RESUME_KEYS, ComposeArgs
 from trace_train.compose.data import GateExample, collect_gate_data
-from trace_train.compose.losses import IGNORE, balance_loss, label_loss, lm_loss
+from trace_train.compose.losses import IGNORE, balance_loss, label_loss, lm_loss_from_hidden
 from trace_train.compose.model import Composition
 from trace_train.grpo.checkpoint import CheckpointError, find_checkpoint, rng_state, set_rng_state
-from trace_train.metrics import MetricsLogger
+from trace_train.metrics import MetricsLogger, peak_rss_mb
 from trace_train.models import load_model, resolve_model
 
 
@@ -89,19 +89,48 @@ def batch_indices(n: int, batch_size: int, step: int, seed: int) -> list[int]:
     return out
 
 
+def micro_batches(examples: list[GateExample], max_tokens: int) -> list[list[GateExample]]:
+    """Consecutive examples grouped so that each group, right-padded, holds at most ``max_tokens`` positions
+    (one example alone when it is longer); 0 = one group."""
+    if max_tokens <= 0:
+        return [examples]
+    groups: list[list[GateExample]] = []
+    for e in examples:
+        if groups:
+            width = max(len(e.input_ids), *(len(x.input_ids) for x in groups[-1]))
+            if width * (len(groups[-1]) + 1) <= max_tokens:
+                groups[-1].append(e)
+                continue
+        groups.append([e])
+    return groups
+
+
 def gate_step_loss(
-    composition: Composition, batch: dict[str, torch.Tensor], args: ComposeArgs
+    composition: Composition,
+    batch: dict[str, torch.Tensor],
+    args: ComposeArgs,
+    totals: dict[str, int] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """One forward with recorded gate logits; the weighted loss and its parts."""
+    """One forward with recorded gate logits; the weighted loss and its parts. ``totals``: the labelled
+    tokens, LM targets and valid tokens of the whole batch when ``batch`` is one micro-batch of it: the label
+    and LM losses are then this micro-batch's share of the batch means (they add up to them exactly) and the
+    balance loss its own value weighted by its share of the valid tokens."""
+    model = composition.model
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
     with composition.recording() as logs:
-        out = composition.model(
+        hidden = decoder(
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
-        )
+        ).last_hidden_state
     gate_logits = [layer[0] for layer in logs]
+    totals = totals or {}
+    valid = int(batch["attention_mask"].sum())
     parts = {
-        "label_loss": label_loss(gate_logits, batch["gate_labels"]),
-        "lm_loss": lm_loss(out.logits, batch["input_ids"], batch["lm_mask"]),
-        "balance_loss": balance_loss(gate_logits, batch["attention_mask"]),
+        "label_loss": label_loss(gate_logits, batch["gate_labels"], totals.get("labels")),
+        "lm_loss": lm_loss_from_hidden(
+            hidden, head, batch["input_ids"], batch["lm_mask"], totals.get("lm_targets")
+        ),
+        "balance_loss": balance_loss(gate_logits, batch["attention_mask"])
+        * (valid / totals.get("valid", valid)),
     }
     parts["loss"] = (
         args.label_weight * parts["label_loss"]
@@ -111,12 +140,38 @@ def gate_step_loss(
     with torch.no_grad():
         labels = batch["gate_labels"].reshape(-1)
         known = labels != IGNORE
-        hits = [(lg.argmax(-1)[known] == labels[known]).float().mean() for lg in gate_logits]
-        parts["label_accuracy"] = torch.stack(hits).mean() if known.any() else torch.tensor(float("nan"))
-        share = composition.slot_share(logs)
-        for name, s in zip(composition.slot_names, share, strict=True):
-            parts[f"share_{name}"] = torch.tensor(s)
+        hits = [(lg.argmax(-1)[known] == labels[known]).float().sum() for lg in gate_logits]
+        parts["label_hits"] = torch.stack(hits).mean()
+        parts["label_count"] = known.sum().float()
+        parts["slot_tokens"] = torch.tensor(composition.slot_share(logs)) * len(labels)
     return parts
+
+
+def gate_step(
+    composition: Composition, examples: list[GateExample], args: ComposeArgs, pad_id: int
+) -> dict[str, float]:
+    """Forward and backward of one batch in micro-batches of at most ``args.micro_batch_tokens`` padded
+    positions (gradients accumulate: the label and LM losses equal the whole batch's; the balance loss is
+    each micro-batch's own, weighted by its share of the tokens). Returns the batch's metrics."""
+    groups = [pad_batch(g, pad_id) for g in micro_batches(examples, args.micro_batch_tokens)]
+    totals = {
+        "labels": sum(int((b["gate_labels"] != IGNORE).sum()) for b in groups),
+        "lm_targets": sum(int((b["lm_mask"][:, 1:] == 1).sum()) for b in groups),
+        "valid": sum(int(b["attention_mask"].sum()) for b in groups),
+    }
+    sums: dict[str, float] = {}
+    for batch in groups:
+        parts = gate_step_loss(composition, batch, args, totals)
+        parts["loss"].backward()
+        for k, v in parts.items():
+            sums[k] = sums.get(k, 0.0) + (v.detach().double() if v.dim() else float(v.detach()))
+    out = {k: float(sums[k]) for k in ("label_loss", "lm_loss", "balance_loss", "loss")}
+    out["label_accuracy"] = sums["label_hits"] / sums["label_count"] if sums["label_count"] else float("nan")
+    share = sums["slot_tokens"] / max(float(sums["slot_tokens"].sum()), 1.0)
+    for name, s in zip(composition.slot_names, share.tolist(), strict=True):
+        out[f"share_{name}"] = s
+    out["micro_batches"] = len(groups)
+    return out
 
 
 class GateTrainer:
@@ -201,13 +256,14 @@ class GateTrainer:
     # ----- the loop ---------------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
         a = self.args
-        if a.resume:
-            if not (self.out / "checkpoints" / "latest").is_file():
-                raise CheckpointError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
-            if not (self.out / "gate_data.pt").is_file():
-                raise CheckpointError(f"--resume: {self.out / 'gate_data.pt'} is missing")
+        has_checkpoint = (self.out / "checkpoints" / "latest").is_file()
+        if a.resume and not (self.out / "gate_data.pt").is_file():
+            raise CheckpointError(
+                f"--resume: {self.out / 'gate_data.pt'} is missing"
+                + ("" if has_checkpoint else f" and there is no checkpoint under {self.out / 'checkpoints'}")
+            )
         self.prepare_data()
-        if a.resume:
+        if a.resume and has_checkpoint:
             self.load_checkpoint()
         model = self.composition.model
         model.train()  # no dropout in LoRA here; train() only matters for models with dropout layers
@@ -218,20 +274,21 @@ class GateTrainer:
         try:
             while self.step < a.steps:
                 t0 = time.perf_counter()
-                batch = pad_batch(
-                    [self.data[i] for i in batch_indices(len(self.data), a.batch_size, self.step, a.seed)],
-                    pad,
-                )
-                parts = gate_step_loss(self.composition, batch, a)
+                picked = [
+                    self.data[i] for i in batch_indices(len(self.data), a.batch_size, self.step, a.seed)
+                ]
                 self.optimizer.zero_grad(set_to_none=True)
-                parts["loss"].backward()
+                last = gate_step(self.composition, picked, a, pad)
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     self.composition.gate_parameters(), a.max_grad_norm
                 )
                 self.optimizer.step()
                 self.step += 1
-                last = {k: float(v.detach()) for k, v in parts.items()}
-                last.update(grad_norm=float(grad_norm), step_seconds=time.perf_counter() - t0)
+                last.update(
+                    grad_norm=float(grad_norm),
+                    step_seconds=time.perf_counter() - t0,
+                    peak_memory_mb=peak_rss_mb(),
+                )
                 logger.log(self.step, last)
                 if progress is not None:
                     progress.update(progress.task_ids[0], completed=self.step, status=_status(last))

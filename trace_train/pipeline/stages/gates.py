@@ -2,7 +2,7 @@
 
 Calls :func:`trace_train.compose.train.compose`: gate data from each adapter's rollouts on its own capability
 env (train split) plus base text, then only the gates train. The artefact (gates, adapters, manifest) is the
-stage folder itself; an interrupted stage resumes from the compose checkpoint.
+stage folder itself; an interrupted stage resumes from its gate data (kept once collected) and the compose checkpoint.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
         batch_size=g.batch_size,
         lr=g.lr,
         save_every=max(1, g.steps // 4),
-        resume=ctx.resume and (ctx.dir / "checkpoints" / "latest").is_file(),
+        # the gate data (minutes of rollouts) is kept even when the run stopped before the first checkpoint
+        resume=ctx.resume and (ctx.dir / "gate_data.pt").is_file(),
         tensorboard=False,
     )
     started = time.time()
