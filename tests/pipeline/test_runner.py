@@ -153,3 +153,19 @@ def test_non_tty_progress_prints_lines():
     lines = stream.getvalue().splitlines()
     assert lines[-1].startswith("[rollouts] 4/4 (100%)") and lines[-1].endswith("- ok")
     assert "\x1b" not in stream.getvalue()  # no terminal control codes in a log
+
+
+def test_metrics_of_a_resumed_run_keep_one_record_per_step(tmp_path):
+    """A run killed after logging step 4 but checkpointed at step 2 logs steps 3 and 4 again on resume: the
+    history keeps the redone records, once each, in order (the report's training curves read it)."""
+    import json
+
+    from trace_train.pipeline.stages.common import read_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    steps = [(1, 0.1), (2, 0.2), (3, 0.3), (4, 0.4), (3, 0.35), (4, 0.45), (5, 0.5)]
+    path.write_text(
+        "".join(json.dumps({"step": s, "reward_mean": r}) + "\n" for s, r in steps) + '{"step": 6, "rew'
+    )
+    got = [(m["step"], m["reward_mean"]) for m in read_metrics(path)]
+    assert got == [(1, 0.1), (2, 0.2), (3, 0.35), (4, 0.45), (5, 0.5)]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_train.pipeline.runner import StageContext
-from trace_train.pipeline.stages.common import read_jsonl, set_threads, train_seeds
+from trace_train.pipeline.stages.common import read_metrics, set_threads, train_seeds
 
 
 def grpo_args(
@@ -104,7 +104,7 @@ def train_adapter(
     if trainer.state["step"] < steps and not (out / "adapter").is_dir():
         trainer.policy.model.save_pretrained(out / "adapter")
     steps = trainer.state["step"]
-    metrics = read_jsonl(out / "metrics.jsonl")
+    metrics = read_metrics(out / "metrics.jsonl")
     rollouts = trainer.state["next_task"] * a.group_size  # every group sampled, refills included
     summary = {
         "env_id": env_id,

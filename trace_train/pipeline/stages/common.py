@@ -84,6 +84,20 @@ def load_policy(model: str, dtype: str, adapter: str | None = None):
     return HFPolicy.from_pretrained(model, adapter=adapter, dtype=dtype)
 
 
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """A training run's per-step metrics (JSONL with a ``step`` key), as the run that finished saw them: a run
+    resumed from a checkpoint logs the steps after it again, so a record whose step is not past the previous
+    one drops the records it redoes (from that step on)."""
+    history: list[dict[str, Any]] = []
+    for record in read_jsonl(path):
+        step = record.get("step")
+        if isinstance(step, int):
+            while history and history[-1].get("step", -1) >= step:
+                history.pop()
+        history.append(record)
+    return history
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Every complete line of a JSONL file (a line cut by a crash is dropped: it is redone on resume)."""
     if not path.is_file():

@@ -16,7 +16,7 @@ from trace_train.pipeline.report import (
     write_report,
 )
 from trace_train.pipeline.runner import StageContext
-from trace_train.pipeline.stages.common import read_jsonl
+from trace_train.pipeline.stages.common import read_metrics
 
 
 def _stage_state(directory: Path) -> dict[str, Any]:
@@ -144,13 +144,22 @@ def synthesis_section(ctx: StageContext) -> Section:
     return s
 
 
+def _reward_curve(info: dict[str, Any]) -> list[float | None]:
+    """Mean reward per GRPO step, read again from the run's metrics (one point per step even when the stage
+    was resumed; summaries written before ``read_metrics`` existed listed redone steps twice)."""
+    path = Path(info["adapter"]).parent / "metrics.jsonl"
+    if path.is_file():
+        return [m.get("reward_mean") for m in read_metrics(path)]
+    return info["reward_curve"]
+
+
 def adapters_section(ctx: StageContext) -> Section:
     s = Section("Step 3: one GRPO adapter per capability")
     adapters = ctx.upstream["adapters"]["adapters"]
     if not adapters:
         s.paragraphs.append("No adapter was trained.")
         return s
-    curves = {cap: info["reward_curve"] for cap, info in adapters.items()}
+    curves = {cap: _reward_curve(info) for cap, info in adapters.items()}
     s.images.append(
         (
             "adapter_curves.png",
@@ -199,7 +208,7 @@ def gates_section(ctx: StageContext) -> Section:
             f"No rollout of the {name.removesuffix(' (oracle)')} adapter succeeded on its env, so its gate labels "
             f"come from {info['kept']} oracle episodes of that env (gates.oracle_episodes), not from the adapter."
         )
-    metrics = read_jsonl(Path(g["artefact"]) / "metrics.jsonl")
+    metrics = read_metrics(Path(g["artefact"]) / "metrics.jsonl")
     shares = {
         k: [m.get(k) for m in metrics]
         for k in sorted({k for m in metrics for k in m if k.startswith("share_")})
