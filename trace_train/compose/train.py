@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -254,7 +255,9 @@ class GateTrainer:
         self.step = int(blob["step"])
 
     # ----- the loop ---------------------------------------------------------------------------------
-    def train(self) -> dict[str, Any]:
+    def train(self, on_step: Callable[[int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Run to ``args.steps``. ``on_step(step, metrics)`` after each step replaces the progress bar (a caller
+        with its own progress display, e.g. the pipeline's log lines)."""
         a = self.args
         has_checkpoint = (self.out / "checkpoints" / "latest").is_file()
         if a.resume and not (self.out / "gate_data.pt").is_file():
@@ -270,7 +273,7 @@ class GateTrainer:
         pad = self.tokenizer.pad_token_id
         logger = MetricsLogger(self.out, tensorboard=a.tensorboard, total_steps=0)
         last: dict[str, Any] = {}
-        progress = _progress(a.steps, self.step)
+        progress = _progress(a.steps, self.step) if on_step is None else None
         try:
             while self.step < a.steps:
                 t0 = time.perf_counter()
@@ -291,7 +294,9 @@ class GateTrainer:
                 )
                 logger.log(self.step, last)
                 if progress is not None:
-                    progress.update(progress.task_ids[0], completed=self.step, status=_status(last))
+                    progress.update(progress.task_ids[0], completed=self.step, status=step_status(last))
+                if on_step is not None:
+                    on_step(self.step, last)
                 if a.save_every and (self.step % a.save_every == 0 or self.step == a.steps):
                     self.save_checkpoint()
         finally:
@@ -313,7 +318,8 @@ class GateTrainer:
         return {"step": self.step, **last, "data": self.data_report}
 
 
-def _status(m: dict[str, float]) -> str:
+def step_status(m: dict[str, float]) -> str:
+    """A step's metrics in one short line (progress displays)."""
     return f"loss {m['loss']:.3f} label-acc {m['label_accuracy']:.2f} base-share {m.get('share_base', 0):.2f}"
 
 
@@ -334,6 +340,9 @@ def _progress(total: int, done: int):
     return progress
 
 
-def compose(args: ComposeArgs) -> dict[str, Any]:
-    """Train the gates and write the artefact to ``args.out``; returns the last step's metrics."""
-    return GateTrainer(args).train()
+def compose(
+    args: ComposeArgs, on_step: Callable[[int, dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """Train the gates and write the artefact to ``args.out``; returns the last step's metrics. ``on_step``: see
+    :meth:`GateTrainer.train`."""
+    return GateTrainer(args).train(on_step)

@@ -27,7 +27,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         if g.oracle_episodes:
             train_seeds("gates", info["env_id"], g.oracle_seed_offset, g.oracle_episodes)
     from trace_train.compose.config import ComposeArgs
-    from trace_train.compose.train import compose
+    from trace_train.compose.train import compose, step_status
 
     names = list(adapters)
     args = ComposeArgs(
@@ -57,7 +57,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     started = time.time()
     ctx.log(f"gate data from {len(names)} adapter env(s), then {g.steps} gate steps")
     try:
-        last = compose(args)
+        with ctx.bar("gate steps", g.steps) as bar:  # plain lines in a log (the data collection comes first)
+            last = compose(args, on_step=lambda step, m: bar.update(step, status=step_status(m)))
     except RuntimeError as err:
         if "no adapter produced a successful episode" not in str(err):
             raise
