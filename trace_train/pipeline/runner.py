@@ -19,7 +19,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import resource
 import shutil
 import sys
 import time
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trace_train.metrics import peak_rss_mb
 from trace_train.pipeline.config import RunConfig
 from trace_train.pipeline.progress import Reporter
 
@@ -101,11 +101,6 @@ def hash_outputs(directory: Path, result: dict[str, Any]) -> str:
                 h.update(chunk)
     h.update(canonical(result).encode())
     return h.hexdigest()
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 class Pipeline:
