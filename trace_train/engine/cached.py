@@ -285,9 +285,8 @@ class Session:
         self.runner = ModelRunner(engine.model)
         self.cache: RaggedCache | None = None
         self.row_of: dict[int, int] = {}  # conversation index -> row
-        self.decode_rows: list[
-            list[int]
-        ] = []  # the last turn's decode steps: the rows each ran (see _decode)
+        # the last turn's decode steps: the rows each ran (see _decode)
+        self.decode_rows: list[list[int]] = []
 
     def __call__(self, prompts: list[list[int]], active: list[int], turn: int):
         if not prompts:
