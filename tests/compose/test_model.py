@@ -158,3 +158,25 @@ def test_dense_mode_mixes_every_adapter(composition):
         dense = composition.model(ids()).logits
     assert torch.isfinite(dense).all()
     assert not torch.equal(dense, composition.model(ids()).logits)
+
+
+@pytest.mark.parametrize("slot", [0, 1, 3])
+def test_merged_slot_equals_forced_slot_and_restores_the_weights(composition, slot):
+    """``merged(k)`` folds adapter k into the weights and routes every token to the base: the logits of
+    ``forced(k)`` within float tolerance, the plain base's path, and the original weights bit for bit after."""
+    randomise_gates(composition, seed=4)
+    x = torch.randint(5, 300, (2, 11))
+    before = {k: v.clone() for k, v in composition.model.state_dict().items()}
+    with torch.no_grad():
+        with composition.forced(slot):
+            want = composition.model(x).logits
+        with composition.merged(slot):
+            got = composition.model(x).logits
+            assert all(g.plan is None or not g.plan.groups for g in composition.gates)  # no adapter computed
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
+    if slot:
+        assert not torch.equal(got, composition.model(x).logits)  # the adapter mattered
+    after = composition.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    with pytest.raises(CompositionError, match="out of range"), composition.merged(9):
+        pass

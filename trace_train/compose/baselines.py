@@ -200,7 +200,8 @@ class TaskRouterPolicy(HFPolicy):
         return slot
 
     def _slot_engine(self, slot: int):
-        """One cached engine per slot: a kept shared prefix must never cross slots (the weights differ)."""
+        """One cached engine per slot, decoding with that adapter merged into the weights (``Composition.merged``):
+        a kept shared prefix must never cross slots (the weights differ)."""
         from trace_train.engine import CachedEngine
 
         engines = self.__dict__.setdefault("_slot_engines", {})
@@ -208,7 +209,8 @@ class TaskRouterPolicy(HFPolicy):
 
             @contextlib.contextmanager
             def forced() -> Iterator[None]:
-                with HFPolicy._generation_context(self), self.composition.forced(slot):
+                # a whole episode on one adapter: fold it into the weights (the plain base's cost per token)
+                with HFPolicy._generation_context(self), self.composition.merged(slot):
                     yield
 
             engines[slot] = CachedEngine(

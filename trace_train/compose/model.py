@@ -282,6 +282,36 @@ class Composition:
                 g.force = f
 
     @contextlib.contextmanager
+    def merged(self, slot: int) -> Iterator[None]:
+        """Adapter ``slot`` folded into the base weights, every token on the base path, inside the block: the
+        model of ``forced(slot)`` (up to rounding: the merged weight is rounded once to the model's dtype, as
+        a merged single-LoRA policy is) at the cost of the plain base. For whole episodes on one adapter (the
+        task-level router). The original weights are kept once and copied back, so they are restored bit for
+        bit (subtracting the delta again would drift in low precision)."""
+        if not 0 <= slot < self.num_slots:
+            raise CompositionError(f"slot {slot} out of range 0..{self.num_slots - 1} ({self.slot_names})")
+        if slot == BASE_SLOT:
+            with self.forced(BASE_SLOT):
+                yield
+            return
+        backup = self.__dict__.setdefault("_merge_backup", {})
+        k = slot - 1
+        with torch.no_grad():
+            for name, lin in self.routed.items():
+                weight = lin.base_layer.weight
+                if name not in backup:
+                    backup[name] = weight.detach().clone()
+                delta = (lin.lora_B[k].float() @ lin.lora_A[k].float()) * lin.scaling[k]
+                weight.add_(delta.to(weight.dtype))
+        try:
+            with self.forced(BASE_SLOT):
+                yield
+        finally:
+            with torch.no_grad():
+                for name, lin in self.routed.items():
+                    lin.base_layer.weight.copy_(backup[name])
+
+    @contextlib.contextmanager
     def dense(self) -> Iterator[None]:
         """Compute all N adapters for every token and mix them by the gates' softmax (the reference cost)."""
         for g in self.gates:
