@@ -461,6 +461,15 @@ def run_side(name: str, timeout: float, **kw) -> dict[str, Any]:
     return res
 
 
+def _identical_share(a: dict, b: dict) -> float | None:
+    """The share of episodes whose token ids are the same on two ``batching`` sides (their digests are
+    removed from the results); None when a side failed."""
+    if "error" in a or "error" in b:
+        return None
+    pairs = zip(a.pop("token_ids_digest"), b.pop("token_ids_digest"), strict=True)
+    return sum(x == y for x, y in pairs) / a["episodes"]
+
+
 def _ratio(a: dict, b: dict, key: str) -> float | None:
     if "error" in a or "error" in b or not a.get(key) or not b.get(key):
         return None
@@ -571,10 +580,7 @@ def main() -> None:
         )
         chunked = run_side("batching", t, mode="chunked", model=a.model, **kw)
         stream = run_side("batching", t, mode="stream", model=a.model, **kw)
-        same = None
-        if "error" not in chunked and "error" not in stream:
-            pairs = zip(chunked.pop("token_ids_digest"), stream.pop("token_ids_digest"), strict=True)
-            same = sum(x == y for x, y in pairs) / chunked["episodes"]
+        same = _identical_share(chunked, stream)
         report["batching"] = {
             "chunked": chunked,
             "stream": stream,
@@ -593,10 +599,7 @@ def main() -> None:
         )
         kept = run_side("batching", t, min_idle=1.01, **kw)
         dropped = run_side("batching", t, min_idle=0.25, **kw)
-        same = None
-        if "error" not in kept and "error" not in dropped:
-            pairs = zip(kept.pop("token_ids_digest"), dropped.pop("token_ids_digest"), strict=True)
-            same = sum(x == y for x, y in pairs) / kept["episodes"]
+        same = _identical_share(kept, dropped)
         decode = [v.get("engine_stats", {}).get("decode_seconds") for v in (kept, dropped)]
         report["decode_row_drop"] = {
             "kept": kept,

@@ -8,7 +8,7 @@ import torch
 
 from tests.compose.helpers import randomise_gates
 from trace_train.compose.data import label_trajectory
-from trace_train.compose.losses import IGNORE, balance_loss, label_loss, lm_loss
+from trace_train.compose.losses import IGNORE, balance_loss, label_loss, lm_loss_from_hidden
 from trace_train.rollout import ResetSpec, Trajectory
 
 
@@ -49,7 +49,8 @@ def test_lm_loss_predicts_only_masked_tokens():
     logits = torch.zeros(1, 4, 5)
     logits[0, 1, 3] = 10.0  # position 1 predicts token 2 = 3 confidently
     ids = torch.tensor([[1, 2, 3, 4]])
-    loss = lm_loss(logits, ids, torch.tensor([[0, 0, 1, 0]]))
+    head = torch.nn.Identity()  # the "hidden states" are the logits
+    loss = lm_loss_from_hidden(logits, head, ids, torch.tensor([[0, 0, 1, 0]]))
     expected = -math.log(math.exp(10) / (math.exp(10) + 4))
     assert math.isclose(float(loss), expected, rel_tol=1e-3)
 

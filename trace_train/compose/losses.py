@@ -46,16 +46,6 @@ def balance_loss(gate_logits: list[torch.Tensor], valid: torch.Tensor) -> torch.
     return torch.stack(losses).mean()
 
 
-def lm_loss(logits: torch.Tensor, input_ids: torch.Tensor, target_mask: torch.Tensor) -> torch.Tensor:
-    """Next-token cross-entropy on the tokens where ``target_mask`` is 1 (``logits[:, t]`` predicts ``t+1``)."""
-    targets = input_ids[:, 1:].masked_fill(target_mask[:, 1:] == 0, IGNORE)
-    if not (targets != IGNORE).any():
-        return logits.sum() * 0.0
-    return F.cross_entropy(
-        logits[:, :-1].reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE
-    )
-
-
 def lm_loss_from_hidden(
     hidden: torch.Tensor,
     head: torch.nn.Module,
@@ -63,9 +53,10 @@ def lm_loss_from_hidden(
     target_mask: torch.Tensor,
     normalizer: int | None = None,
 ) -> torch.Tensor:
-    """:func:`lm_loss` from the last hidden states ``[B, T, H]``, with the LM head run only on the positions
-    that predict a target (a vocabulary-wide logit row per token of a 2k-token conversation is gigabytes). The
-    sum over targets divided by ``normalizer`` when given (a micro-batch's part of a batch mean)."""
+    """Next-token cross-entropy on the tokens where ``target_mask`` is 1 (position t predicts t+1), from the
+    last hidden states ``[B, T, H]``, with the LM head run only on the positions that predict a target (a
+    vocabulary-wide logit row per token of a 2k-token conversation is gigabytes). The mean over targets, or
+    their sum over ``normalizer`` (a micro-batch's part of a batch mean)."""
     picked = target_mask[:, 1:] == 1
     n = int(picked.sum())
     if not n:
