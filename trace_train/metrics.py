@@ -73,7 +73,22 @@ def _plain(v: Any) -> Any:
     return v
 
 
+def reset_peak_rss() -> bool:
+    """Start a new peak-memory window: after this, :func:`peak_rss_mb` is the peak since the call.
+
+    Linux only (``/proc/self/clear_refs``, "5" resets the high-water mark); returns False where the OS does not
+    allow it, and :func:`peak_rss_mb` then stays the peak since the process started.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far, in MiB (what every training/evaluation command reports)."""
+    """Peak resident memory of this process so far (or since :func:`reset_peak_rss`), in MiB (what every
+    training/evaluation command reports)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # macOS: bytes; Linux: KiB

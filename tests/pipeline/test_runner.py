@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from trace_train.metrics import reset_peak_rss
 from trace_train.pipeline.config import RunConfig, config_from_dict
 from trace_train.pipeline.progress import Reporter
 from trace_train.pipeline.runner import Pipeline, Stage, StageError
@@ -169,3 +170,26 @@ def test_metrics_of_a_resumed_run_keep_one_record_per_step(tmp_path):
     )
     got = [(m["step"], m["reward_mean"]) for m in read_metrics(path)]
     assert got == [(1, 0.1), (2, 0.2), (3, 0.35), (4, 0.45), (5, 0.5)]
+
+
+@pytest.mark.skipif(not reset_peak_rss(), reason="the OS cannot reset the peak-memory high-water mark")
+def test_each_stage_reports_its_own_peak_memory(tmp_path):
+    """Stages share one process: a stage after a memory-hungry one must not inherit that stage's peak."""
+    import numpy as np
+
+    def hungry(ctx):
+        block = np.ones(400 * 2**20 // 8)  # 400 MiB, touched
+        return {"sum": float(block[::4096].sum())}
+
+    def light(ctx):
+        return {}
+
+    config = config_from_dict({"out": str(tmp_path / "run")})
+    stages = [
+        Stage("hungry", hungry, sections=("rollouts",)),
+        Stage("light", light, sections=("adapters",), needs=("hungry",)),
+    ]
+    Pipeline(stages, config, Reporter(io.StringIO(), tty=False)).run()
+    states = [json.loads((tmp_path / "run" / d / "stage.json").read_text()) for d in ("01-hungry", "02-light")]
+    assert all(s["peak_rss_scope"] == "stage" for s in states)
+    assert states[0]["peak_rss_mb"] - states[1]["peak_rss_mb"] > 300

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trace_train.metrics import peak_rss_mb
+from trace_train.metrics import peak_rss_mb, reset_peak_rss
 from trace_train.pipeline.config import RunConfig
 from trace_train.pipeline.progress import Reporter
 
@@ -213,6 +213,8 @@ class Pipeline:
             reporter=self.reporter,
             run_dir=self.out,
         )
+        # stages share one process: without a reset, a stage's peak would be the largest of all before it
+        own_peak = reset_peak_rss()
         try:
             result = stage.run(ctx)
         except KeyboardInterrupt:
@@ -246,6 +248,7 @@ class Pipeline:
             "output_hash": output_hash,
             "wall_s": round(wall, 2),
             "peak_rss_mb": round(peak_rss_mb(), 1),
+            "peak_rss_scope": "stage" if own_peak else "process so far",
             "finished": time.time(),
             "result": result,
         }

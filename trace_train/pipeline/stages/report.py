@@ -318,11 +318,16 @@ def timing_section(ctx: StageContext) -> Section:
                 (ctx.upstream[name].get("summary") or "")[:120],
             ]
         )
-    s.tables.append((["stage", "wall s", "peak RSS MB (process, so far)", "result"], rows))
+    s.tables.append((["stage", "wall s", "peak RSS MB", "result"], rows))
     total = sum(float(_stage_state(d).get("wall_s") or 0) for d in ctx.upstream_dirs.values())
-    s.after.append(
-        f"Total wall time of the stages above: {total:.0f} s ({total / 60:.1f} min). Peak RSS is the process's maximum up to the end of each stage (stages run in one process)."
+    scopes = {_stage_state(d).get("peak_rss_scope", "process so far") for d in ctx.upstream_dirs.values()}
+    peak = (
+        "Peak RSS is each stage's own (the process's high-water mark is reset as a stage starts)."
+        if scopes == {"stage"}
+        else "Peak RSS: where the OS could not reset the process's high-water mark (or for stages run by an "
+        "older version), the process's maximum up to the end of the stage, which may belong to an earlier stage."
     )
+    s.after.append(f"Total wall time of the stages above: {total:.0f} s ({total / 60:.1f} min). {peak}")
     return s
 
 
