@@ -190,6 +190,8 @@ def test_each_stage_reports_its_own_peak_memory(tmp_path):
         Stage("light", light, sections=("adapters",), needs=("hungry",)),
     ]
     Pipeline(stages, config, Reporter(io.StringIO(), tty=False)).run()
-    states = [json.loads((tmp_path / "run" / d / "stage.json").read_text()) for d in ("01-hungry", "02-light")]
+    states = [
+        json.loads((tmp_path / "run" / d / "stage.json").read_text()) for d in ("01-hungry", "02-light")
+    ]
     assert all(s["peak_rss_scope"] == "stage" for s in states)
     assert states[0]["peak_rss_mb"] - states[1]["peak_rss_mb"] > 300
