@@ -227,3 +227,29 @@ def test_router_and_moe_stream_with_continuous_batching(composition, monkeypatch
         whole = collect(make(), envs, specs, sampling, max_turns=2, engine="simple")
         streamed = stream_collect(make(), envs[:2], specs, sampling, max_turns=2)
         assert [t.token_ids for t in streamed] == [t.token_ids for t in whole]
+
+
+def test_compare_evaluates_the_target_at_the_asked_difficulty(
+    composition, compose_base, tmp_path, monkeypatch
+):
+    """`--difficulty` reaches every target evaluation (the demo's table is at level 1, retail's default is 2)."""
+    from trace_train.compose import compare as compare_module
+
+    seen: list[tuple[str, int | None]] = []
+    real_evaluate = compare_module.evaluate
+
+    def spy(policy, env_id, **kwargs):
+        seen.append((env_id, kwargs.get("difficulty")))
+        return real_evaluate(policy, env_id, **kwargs)
+
+    monkeypatch.setattr(compare_module, "evaluate", spy)
+    art = save_composition(composition, tmp_path / "art", base_model=str(compose_base)).parent
+    code = main(
+        [
+            "compare", "traintest/lookup-v0", "--composition", str(art), "--models", "base,cap0",
+            "--episodes", "1", "--max-turns", "1", "--max-new-tokens", "3", "--difficulty", "2",
+            "--no-gate-chart", "--out", str(tmp_path / "cmp"),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    assert seen == [("traintest/lookup-v0", 2), ("traintest/lookup-v0", 2)]

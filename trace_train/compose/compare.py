@@ -129,6 +129,7 @@ def compare(args: CompareArgs) -> dict[str, Any]:
                 max_turns=args.max_turns,
                 batch_size=args.batch_size,
                 seed_offset=args.seed_offset,
+                difficulty=args.difficulty,
                 out_jsonl=out / f"{name}.jsonl",
             )
         except Exception as e:  # noqa: BLE001 - peft's mixtures may not run here: report why, go on
