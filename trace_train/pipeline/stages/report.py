@@ -225,7 +225,7 @@ def gates_section(ctx: StageContext) -> Section:
         s.images.append(("routing.png", routing.read_bytes()))
         s.after.append(
             "Routing picture: share of (token, layer) routing decisions per slot on the target's test tasks, by "
-            "turn type (MoE evaluation, teacher-forced replay of each generated turn)."
+            "turn type, counted during the MoE evaluation at the positions that produced each turn's tokens."
         )
     s.paragraphs.append(
         f"Gates over {', '.join(g['names'])}; final training metrics: "
