@@ -73,9 +73,8 @@ class CompareArgs:
     episodes: int = 200
     split: str = "test"
     seed_offset: int = 0
-    difficulty: int | None = (
-        None  # the target's difficulty level (default: the env's); `trace demo` evaluates at 1
-    )
+    # the target's difficulty level (default: the env's); `trace demo` evaluates at 1
+    difficulty: int | None = None
     max_turns: int = 8
     max_new_tokens: int = 256
     batch_size: int = 16

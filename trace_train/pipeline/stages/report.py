@@ -307,20 +307,19 @@ def evaluation_section(ctx: StageContext) -> Section:
 
 def timing_section(ctx: StageContext) -> Section:
     s = Section("Stages: wall time and memory")
-    rows = []
-    for name, d in ctx.upstream_dirs.items():
-        st = _stage_state(d)
-        rows.append(
-            [
-                name,
-                fmt(st.get("wall_s"), 1),
-                fmt(st.get("peak_rss_mb"), 0),
-                (ctx.upstream[name].get("summary") or "")[:120],
-            ]
-        )
+    states = {name: _stage_state(d) for name, d in ctx.upstream_dirs.items()}
+    rows = [
+        [
+            name,
+            fmt(st.get("wall_s"), 1),
+            fmt(st.get("peak_rss_mb"), 0),
+            (ctx.upstream[name].get("summary") or "")[:120],
+        ]
+        for name, st in states.items()
+    ]
     s.tables.append((["stage", "wall s", "peak RSS MB", "result"], rows))
-    total = sum(float(_stage_state(d).get("wall_s") or 0) for d in ctx.upstream_dirs.values())
-    scopes = {_stage_state(d).get("peak_rss_scope", "process so far") for d in ctx.upstream_dirs.values()}
+    total = sum(float(st.get("wall_s") or 0) for st in states.values())
+    scopes = {st.get("peak_rss_scope", "process so far") for st in states.values()}
     peak = (
         "Peak RSS is each stage's own (the process's high-water mark is reset as a stage starts)."
         if scopes == {"stage"}
