@@ -59,7 +59,7 @@ def main() -> None:
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--adapter", default=None, help="a PEFT adapter (e.g. the demo's SFT adapter)")
     p.add_argument("--env-id", default="trace/rg-arith2-v1")
-    p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    p.add_argument("--dtype", default="bfloat16", choices=["auto", "float32", "bfloat16"])
     p.add_argument("--episodes", type=int, default=32)
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--top-p", type=float, default=1.0)

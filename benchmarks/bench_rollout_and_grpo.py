@@ -289,7 +289,7 @@ def main() -> None:
     p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument("--skip", choices=["rollout", "grpo"], default=None)
     p.add_argument(
-        "--dtype", default="float32", choices=["float32", "bfloat16"], help="model dtype (both sides)"
+        "--dtype", default="float32", choices=["auto", "float32", "bfloat16"], help="model dtype (both sides)"
     )
     p.add_argument("--json-out", default=None)
     a = p.parse_args()

@@ -15,7 +15,7 @@ from typing import Any
 
 CHOICES = {
     "loss_type": ["grpo", "dr_grpo", "dapo"],
-    "dtype": ["float32", "bfloat16", "float16"],
+    "dtype": ["auto", "float32", "bfloat16", "float16"],
     "engine": ["cached", "simple"],  # rollout engine (issue 9)
     "tool_format": ["json", "compact"],
 }
@@ -179,7 +179,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=32768,
         help="cut a conversation past this many tokens (default: 32768; the env's turn limit normally ends it)",
     )
-    ev.add_argument("--dtype", default="float32")
+    ev.add_argument("--dtype", default="float32", choices=CHOICES["dtype"])
     ev.add_argument(
         "--engine",
         default="cached",

@@ -214,7 +214,7 @@ class DemoArgs:
     max_new_tokens: int = 16
     max_turns: int = 1
     lr: float = 1e-4
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # bf16 only where it is fast (see trace_train.models.auto_dtype)
     # GRPO stops at the first evaluation past this budget; 0 = no budget (a budget makes the number of
     # steps, and so the result, depend on the machine's speed)
     time_budget_min: float = 0.0

@@ -6,6 +6,7 @@ import importlib.util
 import time
 
 import pytest
+import torch
 
 from trace_train import models
 
@@ -81,3 +82,22 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     assert grads[0].keys() == grads[1].keys() and grads[0]
     for k in grads[0]:
         assert torch.allclose(grads[0][k], grads[1][k], atol=1e-6), k
+
+
+@pytest.mark.parametrize(("bf16_rate", "expected"), [(4e11, torch.bfloat16), (1.6e10, torch.float32)])
+def test_auto_dtype_takes_bf16_only_where_it_is_faster(monkeypatch, bf16_rate, expected):
+    # an AMX CPU (bf16 ~4x fp32) vs an AVX2-only one, where torch emulates bf16 (~7x slower than fp32)
+    rates = {torch.bfloat16: bf16_rate, torch.float32: 1.2e11}
+    monkeypatch.setattr(models, "_matmul_rate", lambda dtype: rates[dtype])
+    models.auto_dtype.cache_clear()
+    try:
+        assert models.resolve_dtype("auto") is expected
+    finally:
+        models.auto_dtype.cache_clear()
+
+
+def test_resolve_dtype_names_the_choices_for_an_unknown_name():
+    assert models.resolve_dtype("bfloat16") is torch.bfloat16
+    assert models.resolve_dtype(torch.float16) is torch.float16
+    with pytest.raises(ValueError, match="unknown dtype 'fp8'.*auto, float32, bfloat16, float16"):
+        models.resolve_dtype("fp8")

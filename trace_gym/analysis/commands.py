@@ -120,7 +120,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--adapter", default=None, help="PEFT adapter dir (local) or served LoRA name (--base-url)"
     )
     ro.add_argument("--engine", default=None, help="local models: the rollout engine (cached, simple)")
-    ro.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ro.add_argument("--dtype", default="float32", choices=["auto", "float32", "bfloat16", "float16"])
     ro.add_argument("--resume", action="store_true", help="continue the file in --out (same settings)")
     ro.set_defaults(func=cmd_rollout)
 

@@ -193,7 +193,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     ca.add_argument("--adapter", default=None, help="PEFT adapter (e.g. the warm-started base agent)")
     ca.add_argument("--base-url", default=None)
-    ca.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ca.add_argument("--dtype", default="float32", choices=["auto", "float32", "bfloat16", "float16"])
     ca.add_argument("--seeds", type=int, default=8, help="S: train seeds per level")
     ca.add_argument("--group-size", type=int, default=4, help="G: samples per seed")
     ca.add_argument("--levels", type=int, nargs="*", default=None, help="default: every level of the env")

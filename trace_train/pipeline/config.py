@@ -67,7 +67,7 @@ class WarmStartConfig:
 @dataclass
 class BaseConfig:
     model: str = knob("smollm2-135m", "model alias or local Hugging Face directory", minLength=1)
-    dtype: str = knob("float32", "weights dtype", enum=["float32", "bfloat16", "float16"])
+    dtype: str = knob("float32", "weights dtype", enum=["auto", "float32", "bfloat16", "float16"])
     lora_rank: int = knob(16, "LoRA rank of the warm-start and capability adapters", minimum=1)
     lora_alpha: int = knob(32, "LoRA alpha", minimum=1)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig, metadata={"help": "SFT warm start"})
