@@ -7,14 +7,14 @@
 
 Figures (each side runs in its own subprocess, one after the other, so each reports its own peak RSS):
 
-1. ``evaluate`` on retail test episodes (difficulty 2, greedy, bf16): wall time simple / cached, and in float32 the
+1. ``evaluate`` on retail test episodes (difficulty 2, greedy, ``--dtype``): wall time simple / cached, and in float32 the
    share of episodes whose token ids are identical under both engines (same seeds);
 2. one GRPO step on retail (seeds x rollouts), ``--engine simple`` vs ``--engine cached``: seconds and peak RSS;
 3. SFT on retail oracle episodes: trained tokens/s, padded (simple) vs shared prefix + packed (cached);
 4. the long-prompt GRPO step against TRL (SmolLM2 fp32, LoRA r16, 4 prompts x 8 completions x 64 tokens,
    ~355-token prompts): trace s/step / TRL s/step and peak RSS per side (TRL last, skipped without ``trl``);
-5. roofline: the engine's prefill and decode tokens/s as achieved FLOP/s against this machine's measured bf16
-   matmul peak;
+5. roofline: the engine's prefill and decode tokens/s as achieved FLOP/s against this machine's measured matmul
+   peak in the run's dtype (``--dtype auto``: bf16 where the CPU computes it natively, else float32);
 6. the compact tool rendering: prompt tokens of a retail episode, JSON vs compact;
 7. its effect on learning: SFT warm starts on the same retail oracle episodes rendered with JSON and with compact
    tools, each evaluated on the same test tasks (success, paired McNemar test);
@@ -64,6 +64,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         grpo_tokens=96,
         sft_episodes=32,
         sft_batch=8,  # one optimiser step per 8 episodes: the prefix is computed once per batch
+        sft_micro_tokens=4096,  # both sides: 8,192 OOMs the cached side at 24 GB in fp32 (prefix + 2 rows held)
         stream_episodes=64,
         stream_batch=16,
         trl_prompts=4,
@@ -89,6 +90,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         grpo_tokens=8,
         sft_episodes=2,
         sft_batch=2,
+        sft_micro_tokens=4096,
         stream_episodes=3,
         stream_batch=2,
         trl_prompts=2,
@@ -114,6 +116,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         grpo_tokens=32,
         sft_episodes=2,
         sft_batch=2,
+        sft_micro_tokens=4096,
         stream_episodes=16,
         stream_batch=4,
         trl_prompts=4,
@@ -235,7 +238,9 @@ def side_grpo(
     }
 
 
-def side_sft(engine: str, episodes: int, batch: int, model: str, dtype: str) -> dict[str, Any]:
+def side_sft(
+    engine: str, episodes: int, batch: int, micro_tokens: int, model: str, dtype: str
+) -> dict[str, Any]:
     from trace_train.config import SFTArgs
     from trace_train.sft import run_sft
 
@@ -250,6 +255,7 @@ def side_sft(engine: str, episodes: int, batch: int, model: str, dtype: str) -> 
         max_turns=30,
         dtype=dtype,
         engine=engine,
+        micro_batch_tokens=micro_tokens,
     )
     c0 = time.process_time()
     s = run_sft(args)
@@ -333,7 +339,9 @@ def side_tool_tokens(model: str) -> dict[str, Any]:
     return out
 
 
-def side_tool_ab(fmt: str, episodes: int, eval_episodes: int, difficulty: int, model: str) -> dict[str, Any]:
+def side_tool_ab(
+    fmt: str, episodes: int, eval_episodes: int, difficulty: int, model: str, dtype: str
+) -> dict[str, Any]:
     """SFT warm start with one tool rendering, then greedy evaluation on retail test tasks with the same one."""
     from trace_train.config import SFTArgs
     from trace_train.evaluate import evaluate
@@ -353,13 +361,13 @@ def side_tool_ab(fmt: str, episodes: int, eval_episodes: int, difficulty: int, m
             batch_size=4,
             difficulty=difficulty,
             max_turns=30,
-            dtype="bfloat16",
+            dtype=dtype,
             tool_format=fmt,
             merge=True,
         )
     )
     sft_seconds = time.perf_counter() - t0
-    policy = HFPolicy.from_pretrained(summary["merged"], dtype="bfloat16").configure(tool_format=fmt)
+    policy = HFPolicy.from_pretrained(summary["merged"], dtype=dtype).configure(tool_format=fmt)
     res = evaluate(
         policy,
         "trace/retail-v1",
@@ -384,9 +392,16 @@ def side_tool_ab(fmt: str, episodes: int, eval_episodes: int, difficulty: int, m
 
 
 def side_batching(
-    mode: str, episodes: int, batch: int, turns: int, tokens: int, model: str, min_idle: float = 0.25
+    mode: str,
+    episodes: int,
+    batch: int,
+    turns: int,
+    tokens: int,
+    model: str,
+    dtype: str,
+    min_idle: float = 0.25,
 ) -> dict[str, Any]:
-    """Retail test episodes on the cached engine (bf16, greedy): one batch after another (``chunked``, what
+    """Retail test episodes on the cached engine (greedy): one batch after another (``chunked``, what
     ``trace evaluate`` did) or continuously batched (``stream``: a finished episode's slot starts the next).
     ``min_idle``: the engine's ``min_idle_fraction`` (above 1: finished rows stay in the decode steps)."""
     from trace_train.engine import engine_for
@@ -395,7 +410,7 @@ def side_batching(
     from trace_train.policies.hf import HFPolicy
     from trace_train.rollout import ResetSpec, collect, stream_collect
 
-    policy = HFPolicy.from_pretrained(model, dtype="bfloat16")
+    policy = HFPolicy.from_pretrained(model, dtype=dtype)
     engine_for(policy).min_idle_fraction = min_idle
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=tokens)
     envs = [make_env("trace/retail-v1") for _ in range(batch)]
@@ -485,6 +500,12 @@ def main() -> None:
     p.add_argument("--skip-trl", action="store_true")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per side")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "bfloat16", "float32"],
+        help="weights dtype of figures 1-3 and 5 (auto: bf16 only where this CPU computes it natively)",
+    )
     p.add_argument("--json-out", default=str(HERE / "results" / "engine.json"))
     p.add_argument(
         "--set",
@@ -514,7 +535,14 @@ def main() -> None:
 
         a.model = str(save_tiny_model(Path(tempfile.mkdtemp()) / "tiny"))
     figures = {int(f) for f in a.figures.split(",")}
+    import torch
+
+    from trace_train.models import resolve_dtype
+
+    torch.set_num_threads(a.threads)
+    dtype = str(resolve_dtype(a.dtype)).removeprefix("torch.")
     report: dict[str, Any] = {
+        "dtype": dtype,
         "preset": a.preset,
         "sizes": z,
         "model": a.model,
@@ -525,10 +553,10 @@ def main() -> None:
     }
     t = a.timeout
     if 1 in figures or 5 in figures:
-        print("1. evaluate on retail (bf16), simple vs cached", flush=True)
+        print(f"1. evaluate on retail ({dtype}), simple vs cached", flush=True)
         kw = dict(episodes=z["eval_episodes"], turns=z["eval_turns"], tokens=z["eval_tokens"], model=a.model)
-        s = run_side("eval", t, engine="simple", dtype="bfloat16", **kw)
-        c = run_side("eval", t, engine="cached", dtype="bfloat16", **kw)
+        s = run_side("eval", t, engine="simple", dtype=dtype, **kw)
+        c = run_side("eval", t, engine="cached", dtype=dtype, **kw)
         eq_kw = dict(episodes=z["equiv_episodes"], turns=z["equiv_turns"], tokens=z["equiv_tokens"])
         eq = run_side("equiv", t, **{**kw, **eq_kw}, dtype="float32")
         report["evaluate"] = {
@@ -551,8 +579,8 @@ def main() -> None:
         )
         # each side at the largest micro-batch that fits 24 GB: a padded retail sequence (~5k tokens) takes ~6 GB
         # of activations in bf16, so the simple trainer goes one at a time; the cached one shares the prefix
-        s = run_side("grpo", t, engine="simple", dtype="bfloat16", micro=z["grpo_micro_simple"], **kw)
-        c = run_side("grpo", t, engine="cached", dtype="bfloat16", micro=z["grpo_micro_cached"], **kw)
+        s = run_side("grpo", t, engine="simple", dtype=dtype, micro=z["grpo_micro_simple"], **kw)
+        c = run_side("grpo", t, engine="cached", dtype=dtype, micro=z["grpo_micro_cached"], **kw)
         report["grpo_step"] = {
             "simple": s,
             "cached": c,
@@ -561,7 +589,13 @@ def main() -> None:
         }
     if 3 in figures:
         print("3. SFT on retail oracle episodes, simple vs cached", flush=True)
-        sizes = dict(episodes=z["sft_episodes"], batch=z["sft_batch"], model=a.model, dtype="bfloat16")
+        sizes = dict(
+            episodes=z["sft_episodes"],
+            batch=z["sft_batch"],
+            micro_tokens=z["sft_micro_tokens"],
+            model=a.model,
+            dtype=dtype,
+        )
         s = run_side("sft", t, engine="simple", **sizes)
         c = run_side("sft", t, engine="cached", **sizes)
         report["sft"] = {
@@ -571,15 +605,15 @@ def main() -> None:
             "tokens_per_cpu_s_ratio": _ratio(c, s, "tokens_per_cpu_s"),
         }
     if 8 in figures:
-        print("8. continuous batching vs one batch after another (cached engine, bf16)", flush=True)
+        print(f"8. continuous batching vs one batch after another (cached engine, {dtype})", flush=True)
         kw = dict(
             episodes=z["stream_episodes"],
             batch=z["stream_batch"],
             turns=z["eval_turns"],
             tokens=z["eval_tokens"],
         )
-        chunked = run_side("batching", t, mode="chunked", model=a.model, **kw)
-        stream = run_side("batching", t, mode="stream", model=a.model, **kw)
+        chunked = run_side("batching", t, mode="chunked", model=a.model, dtype=dtype, **kw)
+        stream = run_side("batching", t, mode="stream", model=a.model, dtype=dtype, **kw)
         same = _identical_share(chunked, stream)
         report["batching"] = {
             "chunked": chunked,
@@ -588,7 +622,7 @@ def main() -> None:
             "identical_trajectories": same,  # bf16: batch composition may flip a near-tied greedy token
         }
     if 9 in figures:
-        print("9. finished rows leave the decode steps (streamed, cached engine, bf16)", flush=True)
+        print(f"9. finished rows leave the decode steps (streamed, cached engine, {dtype})", flush=True)
         kw = dict(
             episodes=z["stream_episodes"],
             batch=z["stream_batch"],
@@ -597,8 +631,8 @@ def main() -> None:
             mode="stream",
             model=a.model,
         )
-        kept = run_side("batching", t, min_idle=1.01, **kw)
-        dropped = run_side("batching", t, min_idle=0.25, **kw)
+        kept = run_side("batching", t, min_idle=1.01, dtype=dtype, **kw)
+        dropped = run_side("batching", t, min_idle=0.25, dtype=dtype, **kw)
         same = _identical_share(kept, dropped)
         decode = [v.get("engine_stats", {}).get("decode_seconds") for v in (kept, dropped)]
         report["decode_row_drop"] = {
@@ -615,14 +649,15 @@ def main() -> None:
         c = report.get("evaluate", {}).get("cached", {})
         if "engine_stats" in c and "matmul_flops_per_s" in mm:
             st, n = c["engine_stats"], c["n_params"]
-            peak = mm["matmul_flops_per_s"]["bfloat16"]
+            peak = mm["matmul_flops_per_s"][dtype]
             pre = st["prefill_tokens"] / max(st["prefill_seconds"], 1e-9)
             dec = st["decode_tokens"] / max(st["decode_seconds"], 1e-9)
             roof.update(
                 prefill_tokens_per_s=pre,
                 decode_tokens_per_s=dec,
-                prefill_fraction_of_bf16_peak=2 * n * pre / peak,
-                decode_fraction_of_bf16_peak=2 * n * dec / peak,
+                peak_dtype=dtype,
+                prefill_fraction_of_peak=2 * n * pre / peak,
+                decode_fraction_of_peak=2 * n * dec / peak,
                 note="achieved FLOP/s = 2 x parameters x tokens/s (attention not counted)",
             )
         report["roofline"] = roof
@@ -663,7 +698,7 @@ def main() -> None:
             difficulty=z["ab_difficulty"],
             model=a.model,
         )
-        sides = {fmt: run_side("tool_ab", t, fmt=fmt, **kw) for fmt in ("json", "compact")}
+        sides = {fmt: run_side("tool_ab", t, fmt=fmt, dtype=dtype, **kw) for fmt in ("json", "compact")}
         ab: dict[str, Any] = {"sizes": kw, **sides}
         if (
             all("error" not in v for v in sides.values())

@@ -181,9 +181,10 @@ class SFTArgs(LoraArgs):
     tool_format: str = "json"  # json | compact (see GRPOArgs)
     # tokens per forward/backward: a batch is split into micro-batches of at most this many tokens (a shared
     # prefix counted once; at least one sequence each) whose gradients add up to the whole batch's. Activation
-    # memory grows with it: SmolLM2-135M in bf16 needs roughly 1.2 GB per 1,000 tokens (a 16k-token micro-batch
-    # passed 20 GB here), so 8192 peaks near 10 GB; use 4096 (one retail conversation at a time) on 8 GB
-    micro_batch_tokens: int = 8192
+    # memory grows with it: SmolLM2-135M needs roughly 1.2 GB per 1,000 tokens in bf16 and 1.5 GB in float32,
+    # and the cached engine also holds the shared prefix's activations (~3.3k tokens on retail) for the whole
+    # batch: 8192 was OOM-killed at 24 GB in float32 on retail difficulty 2, 4096 peaks near 15 GB
+    micro_batch_tokens: int = 4096
 
     def __post_init__(self) -> None:
         _check_positive(
