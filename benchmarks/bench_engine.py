@@ -10,7 +10,9 @@ Figures (each side runs in its own subprocess, one after the other, so each repo
 1. ``evaluate`` on retail test episodes (difficulty 2, greedy, ``--dtype``): wall time simple / cached, and in float32 the
    share of episodes whose token ids are identical under both engines (same seeds);
 2. one GRPO step on retail (seeds x rollouts), ``--engine simple`` vs ``--engine cached``: seconds and peak RSS;
-3. SFT on retail oracle episodes: trained tokens/s, padded (simple) vs shared prefix + packed (cached);
+3. SFT on retail oracle episodes: trained tokens/s, padded (simple) vs shared prefix + packed (cached), and the
+   FLOPs per episode of each path counted from the batches' token lengths (``flop_model``: the ratio the
+   arithmetic allows, since every own token must still attend to the whole prefix);
 4. the long-prompt GRPO step against TRL (SmolLM2 fp32, LoRA r16, 4 prompts x 8 completions x 64 tokens,
    ~355-token prompts): trace s/step / TRL s/step and peak RSS per side (TRL last, skipped without ``trl``);
 5. roofline: the engine's prefill and decode tokens/s as achieved FLOP/s against this machine's measured matmul
@@ -64,7 +66,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         grpo_tokens=96,
         sft_episodes=32,
         sft_batch=8,  # one optimiser step per 8 episodes: the prefix is computed once per batch
-        sft_micro_tokens=4096,  # both sides: 8,192 OOMs the cached side at 24 GB in fp32 (prefix + 2 rows held)
+        sft_micro_tokens=2048,  # both sides (fp32 cached: 8,192 OOM-killed at 24 GB, 4,096 peaked at 21.7 GB)
         stream_episodes=64,
         stream_batch=16,
         trl_prompts=4,
@@ -90,7 +92,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         grpo_tokens=8,
         sft_episodes=2,
         sft_batch=2,
-        sft_micro_tokens=4096,
+        sft_micro_tokens=2048,
         stream_episodes=3,
         stream_batch=2,
         trl_prompts=2,
@@ -116,7 +118,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         grpo_tokens=32,
         sft_episodes=2,
         sft_batch=2,
-        sft_micro_tokens=4096,
+        sft_micro_tokens=2048,
         stream_episodes=16,
         stream_batch=4,
         trl_prompts=4,
@@ -272,6 +274,74 @@ def side_sft(
         "cpu_seconds_total",
     )
     return {"engine": engine, **{k: s[k] for k in keep}, "peak_rss_mb": _rss()}
+
+
+def side_sft_flops(episodes: int, batch: int, model: str) -> dict[str, Any]:
+    """The arithmetic of figure 3's SFT batches, counted from their token lengths (no training): FLOPs per
+    episode of the padded path, of the cached path as built, and of the least any exact shared-prefix
+    computation needs, so the measured tokens/s ratio can be read against the ratio the work allows.
+
+    Per layer: a token costs 2 x (its linear weights) FLOPs forward; a (query, key) pair of attention
+    4 x heads x head_dim. Backward with frozen base weights (LoRA) is ~1x forward for the linear layers
+    (input gradients only) and ~2.5x for flash attention (recomputed scores, dQ, dK, dV). The LM head costs
+    2 x hidden x vocab per predicted position, forward and backward alike."""
+    import random
+
+    from trace_train.config import SFTArgs
+    from trace_train.envs import make_env, train_reset_seed
+    from trace_train.grpo.logprobs import shared_prefix_length
+    from trace_train.policies.hf import HFPolicy
+    from trace_train.sft import oracle_trajectories
+
+    args = SFTArgs(env_id="trace/retail-v1", model=model, out="", episodes=episodes, batch_size=batch)
+    policy = HFPolicy.from_pretrained(model, dtype="float32")
+    probe = make_env(args.env_id)
+    seeds = [train_reset_seed(args.seed_offset + i, probe) for i in range(episodes)]
+    probe.close()
+    trajs, _ = oracle_trajectories(policy, args.env_id, seeds, 30, 2)
+    data = [t.training_ids() for t in trajs]
+    c = policy.model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    q, kv = c.num_attention_heads * head_dim, c.num_key_value_heads * head_dim
+    linear = 2 * (c.hidden_size * (2 * q + 2 * kv) + 3 * c.hidden_size * c.intermediate_size)  # per token
+    pair = 4 * c.num_attention_heads * head_dim  # per (query, key) pair
+    layers, head = c.num_hidden_layers, 2 * c.hidden_size * c.vocab_size
+
+    def body(tokens: float, pairs: float) -> float:
+        return layers * (2 * linear * tokens + 3.5 * pair * pairs)
+
+    order = list(range(len(data)))
+    random.Random(args.seed).shuffle(order)
+    padded = built = least = 0.0
+    prefixes, owns = [], []
+    for b in range(0, len(order), batch):
+        items = [data[i] for i in order[b : b + batch]]
+        p = shared_prefix_length([x for x, _ in items], [m for _, m in items])
+        prefixes.append(p)
+        built += body(p, p * p / 2) + head * 0  # the prefix predicts no agent token
+        least += body(p, p * p / 2)
+        for ids, mask in items:
+            n, o = len(ids), len(ids) - p
+            owns.append(o)
+            first = next(j for j, x in enumerate(mask) if x)
+            agent = sum(mask[1:])
+            padded += body(n, n * n / 2) + 2 * head * (n - first)  # logits_to_keep from the first agent token
+            built += body(o, o * (p + o)) + 2 * head * agent  # flash with a mask: every own query x all keys
+            least += body(o, o * p + o * o / 2) + 2 * head * agent
+    n = len(data)
+    return {
+        "episodes": n,
+        "tokens_mean": sum(len(x) for x, _ in data) / n,
+        "prefix_tokens": prefixes,
+        "own_tokens_min_mean_max": [min(owns), sum(owns) / n, max(owns)],
+        "gflop_per_episode": {
+            "padded": padded / n / 1e9,
+            "cached_built": built / n / 1e9,
+            "cached_least": least / n / 1e9,
+        },
+        "ratio_built": padded / built,
+        "ratio_least": padded / least,
+    }
 
 
 def side_trace_long(
@@ -450,6 +520,7 @@ SIDES = {
     "equiv": side_equiv,
     "grpo": side_grpo,
     "sft": side_sft,
+    "sft_flops": side_sft_flops,
     "trace_long": side_trace_long,
     "trl_long": side_trl_long,
     "matmul": side_matmul_peak,
@@ -598,11 +669,14 @@ def main() -> None:
         )
         s = run_side("sft", t, engine="simple", **sizes)
         c = run_side("sft", t, engine="cached", **sizes)
+        flops = run_side("sft_flops", t, episodes=z["sft_episodes"], batch=z["sft_batch"], model=a.model)
         report["sft"] = {
             "simple": s,
             "cached": c,
             "tokens_per_s_ratio": _ratio(c, s, "tokens_per_s"),
             "tokens_per_cpu_s_ratio": _ratio(c, s, "tokens_per_cpu_s"),
+            # the ratio the arithmetic allows: what an exact shared-prefix computation cannot avoid
+            "flop_model": flops,
         }
     if 8 in figures:
         print(f"8. continuous batching vs one batch after another (cached engine, {dtype})", flush=True)

@@ -183,8 +183,9 @@ class SFTArgs(LoraArgs):
     # prefix counted once; at least one sequence each) whose gradients add up to the whole batch's. Activation
     # memory grows with it: SmolLM2-135M needs roughly 1.2 GB per 1,000 tokens in bf16 and 1.5 GB in float32,
     # and the cached engine also holds the shared prefix's activations (~3.3k tokens on retail) for the whole
-    # batch: 8192 was OOM-killed at 24 GB in float32 on retail difficulty 2, 4096 peaks near 15 GB
-    micro_batch_tokens: int = 4096
+    # batch: on retail difficulty 2 in float32, 8192 was OOM-killed at 24 GB and 4096 peaked at 21.7 GB; 2048
+    # leaves room (a longer remainder still goes alone), and the speed is per token, so smaller costs little
+    micro_batch_tokens: int = 2048
 
     def __post_init__(self) -> None:
         _check_positive(

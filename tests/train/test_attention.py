@@ -110,3 +110,38 @@ def test_shared_prefix_attention_equals_attention_over_the_concatenation(length,
     full_mask = torch.cat([torch.ones(3, 1, length, 7, dtype=torch.bool), own_mask], dim=3)
     want, _ = sdpa_attention_forward(module, q, full_k, full_v, full_mask, scaling=0.25)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_cascade_attention_equals_one_softmax_over_prefix_and_own_keys(packed):
+    # training attention with a shared prefix: two flash calls merged by log-sum-exp, and their backward
+    # passes fed the merged output, must give the values and gradients of one softmax over all keys
+    g = torch.Generator().manual_seed(0)
+    rows, q_heads, kv_heads, length, p_len, dim = 3, 6, 2, 11, 17, 8
+
+    def leaf(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_(True)
+
+    q, pk, pv = leaf(rows, q_heads, length, dim), leaf(1, kv_heads, p_len, dim), leaf(1, kv_heads, p_len, dim)
+    k, v = leaf(rows, kv_heads, length, dim), leaf(rows, kv_heads, length, dim)
+    allowed = torch.ones(length, length, dtype=torch.bool).tril().expand(rows, 1, length, length).clone()
+    if packed:  # row 0 holds two sequences (5 + 6 tokens): the second does not see the first
+        allowed[0, 0, 5:, :5] = False
+    own_mask = None
+    if packed:
+        own_mask = torch.zeros(allowed.shape, dtype=torch.float64).masked_fill(~allowed, float("-inf"))
+    weights = torch.randn(rows, q_heads, length, dim, generator=g, dtype=torch.float64)
+    got = attention.CascadeAttention.apply(q, pk, pv, k, v, own_mask, dim**-0.5)
+    got_grads = torch.autograd.grad((got * weights).sum(), (q, pk, pv, k, v))
+
+    keys = torch.cat([pk.expand(rows, -1, -1, -1), k], 2).repeat_interleave(q_heads // kv_heads, 1)
+    values = torch.cat([pv.expand(rows, -1, -1, -1), v], 2).repeat_interleave(q_heads // kv_heads, 1)
+    full = torch.cat([torch.ones(rows, 1, length, p_len, dtype=torch.bool), allowed], 3)
+    scores = (q @ keys.transpose(-1, -2)) * dim**-0.5
+    ref = scores.masked_fill(~full, float("-inf")).softmax(-1) @ values
+    ref_grads = torch.autograd.grad((ref * weights).sum(), (q, pk, pv, k, v))
+    torch.testing.assert_close(got, ref)
+    for name, a, b in zip(
+        ("query", "prefix keys", "prefix values", "keys", "values"), got_grads, ref_grads, strict=True
+    ):
+        torch.testing.assert_close(a, b, msg=f"gradient of the {name}")

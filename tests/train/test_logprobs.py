@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from trace_train.engine import attention
 from trace_train.grpo.logprobs import pad_batch, sequence_logprobs, shared_prefix_logprobs
 from trace_train.models import build_tiny_model
 from trace_train.policies.base import SamplingConfig
@@ -61,7 +62,10 @@ SAMPLINGS = [
 
 @pytest.mark.parametrize("sampling", SAMPLINGS)
 @pytest.mark.parametrize("row_tokens", [None, 200])
-def test_shared_prefix_values_and_gradients_equal_unshared(sampling, row_tokens):
+def test_shared_prefix_values_and_gradients_equal_unshared(sampling, row_tokens, monkeypatch):
+    calls = []
+    cascade = attention.CascadeAttention.apply
+    monkeypatch.setattr(attention.CascadeAttention, "apply", lambda *a: calls.append(1) or cascade(*a))
     model, pad = _lora_model()
     model.train()
     seqs, masks = _group()
@@ -78,6 +82,7 @@ def test_shared_prefix_values_and_gradients_equal_unshared(sampling, row_tokens)
     assert grads.keys() == ref_grads.keys() and len(grads) > 0
     for n in grads:
         assert torch.allclose(grads[n], ref_grads[n], atol=1e-6, rtol=1e-4), n
+    assert calls, "the training forward did not take the cascade attention over the shared prefix"
 
 
 def test_temperature_changes_the_logprobs_and_greedy_scores_at_one():

@@ -96,8 +96,14 @@ class SharedPrefix:
         self.kv = kv
         self.length = kv[0][0].shape[2] if kv else 0
         self.layers_used = 0
-        # K transposed once, [Hkv, D, P] contiguous: a decode step multiplies every row's queries against it
-        self.keys_t = [k[0].transpose(-1, -2).contiguous() for k, _ in kv]
+        self._keys_t: list[torch.Tensor | None] = [None] * len(kv)
+
+    def keys_t(self, layer: int) -> torch.Tensor:
+        """K transposed once per layer, ``[Hkv, D, P]`` contiguous: a decode step multiplies every row's
+        queries against it (made on first use: training forwards never need it)."""
+        if self._keys_t[layer] is None:
+            self._keys_t[layer] = self.kv[layer][0][0].transpose(-1, -2).contiguous()
+        return self._keys_t[layer]
 
     def check(self) -> None:
         """Raise unless every layer of the forward just run attended to the prefix (then reset the count)."""
@@ -123,6 +129,15 @@ def _with_prefix(module, query, key, value, attention_mask, scaling, prefix: Sha
         own_mask = (torch.arange(own, device=query.device)[None, :] <= q_pos[:, None])[None, None]
     if own_mask.dtype != torch.bool:  # additive
         own_mask = own_mask > torch.finfo(own_mask.dtype).min / 2
+    if length > 1 and query.device.type == "cpu" and _needs_grad(query, key, value, prefix_k, prefix_v):
+        # training: the prefix is never copied per row (see CascadeAttention)
+        causal = own_mask.shape[-2:] == (own, own) and bool((own_mask == _causal(own, own_mask.device)).all())
+        additive = None
+        if not causal:
+            additive = torch.zeros(own_mask.shape, dtype=query.dtype, device=query.device)
+            additive = additive.masked_fill(~own_mask, torch.finfo(query.dtype).min)
+        out = CascadeAttention.apply(query, prefix_k, prefix_v, key, value, additive, scaling)
+        return out.transpose(1, 2).contiguous(), None
     if length > 1:  # prefill: the prefix concatenated per row, then one packed attention
         full_k = torch.cat([prefix_k.expand(batch, -1, -1, -1), key], dim=2)
         full_v = torch.cat([prefix_v.expand(batch, -1, -1, -1), value], dim=2)
@@ -133,7 +148,7 @@ def _with_prefix(module, query, key, value, attention_mask, scaling, prefix: Sha
     # decode: every row's queries against the prefix in one matmul, then against its own columns
     q = query.reshape(batch, kv_heads, groups, dim)
     q_all = q.transpose(0, 1).reshape(kv_heads, batch * groups, dim)
-    s_prefix = torch.matmul(q_all, prefix.keys_t[module.layer_idx])  # [Hkv, B*G, P]
+    s_prefix = torch.matmul(q_all, prefix.keys_t(module.layer_idx))  # [Hkv, B*G, P]
     s_prefix = s_prefix.view(kv_heads, batch, groups, p_len).transpose(0, 1)
     # K @ q^T rather than q @ K^T: the cache's columns are a strided view, and a transposed strided operand makes
     # the batched matmul copy it (3x slower here)
@@ -147,6 +162,89 @@ def _with_prefix(module, query, key, value, attention_mask, scaling, prefix: Sha
     p_own = probs[..., p_len:].reshape(batch * kv_heads, groups, own)
     out = out + torch.bmm(p_own, value.reshape(batch * kv_heads, own, dim)).view(batch, kv_heads, groups, dim)
     return out.reshape(batch, q_heads, 1, dim).transpose(1, 2).contiguous(), None
+
+
+def _needs_grad(*tensors: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _causal(n: int, device: torch.device) -> torch.Tensor:
+    return torch.ones((n, n), dtype=torch.bool, device=device).tril()
+
+
+_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+
+class CascadeAttention(torch.autograd.Function):
+    """Attention of ``query`` ``[R, Hq, L, D]`` over a shared prefix ``prefix_k``/``prefix_v`` ``[1, Hkv, P, D]``
+    followed by each row's own ``key``/``value`` ``[R, Hkv, L, D]``, with gradients, in two flash-attention
+    calls (torch's CPU kernels) merged by their log-sum-exps.
+
+    The prefix part is one call with no mask and no copy: every row's query heads of a K/V head are folded into
+    one long query (``[1, Hkv, R*G*L, D]``), so the prefix is read once, not once per row and query head as after
+    ``expand`` + ``repeat_kv``. The own part is causal (the kernel skips the upper triangle) or takes
+    ``own_mask`` (additive ``[R, 1, L, L]``: packed rows). Together they do the least attention work an exact
+    computation needs, ``L*P + L*L/2`` score pairs per row instead of ``L*(P+L)``. Backward runs each part's
+    flash backward with the *merged* output and log-sum-exp, which gives exactly the gradients of one softmax
+    over all the keys (the same identity ring attention uses); tested against the concatenated computation.
+    """
+
+    @staticmethod
+    def forward(ctx, query, prefix_k, prefix_v, key, value, own_mask, scale):  # type: ignore[override]
+        rows, q_heads, length, dim = query.shape
+        kv_heads = prefix_k.shape[1]
+        groups = q_heads // kv_heads
+        fold, unfold = _folding(rows, kv_heads, groups, length)
+        out_p, lse_p = _flash(fold(query), prefix_k, prefix_v, scale=scale)
+        key_r, value_r = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+        if own_mask is None:
+            out_o, lse_o = _flash(query, key_r, value_r, is_causal=True, scale=scale)
+        else:
+            out_o, lse_o = _flash(query, key_r, value_r, attn_mask=own_mask, scale=scale)
+        lse_p = unfold(lse_p)
+        lse = torch.logaddexp(lse_p, lse_o)
+        weight_p = (lse_p - lse).exp().unsqueeze(-1).to(query.dtype)
+        weight_o = (lse_o - lse).exp().unsqueeze(-1).to(query.dtype)
+        out = unfold(out_p) * weight_p + out_o * weight_o
+        ctx.save_for_backward(query, prefix_k, prefix_v, key_r, value_r, out, lse)
+        ctx.own_mask, ctx.scale, ctx.groups = own_mask, scale, groups
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):  # type: ignore[override]
+        query, prefix_k, prefix_v, key_r, value_r, out, lse = ctx.saved_tensors
+        rows, q_heads, length, dim = query.shape
+        kv_heads, groups = prefix_k.shape[1], ctx.groups
+        fold, unfold = _folding(rows, kv_heads, groups, length)
+        grad_out = grad_out.contiguous()
+        dq_p, d_prefix_k, d_prefix_v = _flash_backward(
+            fold(grad_out), fold(query), prefix_k, prefix_v, fold(out), fold(lse), 0.0, False, scale=ctx.scale
+        )
+        causal = ctx.own_mask is None
+        mask = {} if causal else {"attn_mask": ctx.own_mask}
+        dq_o, dk, dv = _flash_backward(
+            grad_out, query, key_r, value_r, out, lse, 0.0, causal, scale=ctx.scale, **mask
+        )
+        dk = dk.view(rows, kv_heads, groups, length, dim).sum(2)
+        dv = dv.view(rows, kv_heads, groups, length, dim).sum(2)
+        return unfold(dq_p) + dq_o, d_prefix_k, d_prefix_v, dk, dv, None, None
+
+
+def _folding(rows: int, kv_heads: int, groups: int, length: int):
+    """``[R, Hkv*G, L, ...] <-> [1, Hkv, R*G*L, ...]``: query head ``k*G + g`` of every row reads K/V head k."""
+
+    def fold(t: torch.Tensor) -> torch.Tensor:
+        tail = t.shape[3:]
+        t = t.reshape(rows, kv_heads, groups * length, *tail).transpose(0, 1)
+        return t.reshape(1, kv_heads, rows * groups * length, *tail)
+
+    def unfold(t: torch.Tensor) -> torch.Tensor:
+        tail = t.shape[3:]
+        t = t.reshape(kv_heads, rows, groups * length, *tail).transpose(0, 1)
+        return t.reshape(rows, kv_heads * groups, length, *tail)
+
+    return fold, unfold
 
 
 AttentionInterface.register(NAME, packed_gqa_attention)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from trace_train.engine.attention import SharedPrefix, packed_gqa
 from trace_train.engine.cached import common_prefix_length
 from trace_train.engine.sampling import target_logprobs
 from trace_train.policies.base import SamplingConfig
@@ -175,13 +176,6 @@ class PrefixKV:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def cache(self, rows: int) -> DynamicCache:
-        """A fresh cache whose layers start with the prefix, viewed (not copied) for ``rows`` rows."""
-        cache = DynamicCache()
-        for i, (k, v) in enumerate(zip(self.leaf_keys, self.leaf_values, strict=True)):
-            cache.update(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1), i)
-        return cache
-
     def backward(self) -> None:
         """Push the gradients the micro-batches left on the leaves through the prefix forward (once)."""
         pairs = [
@@ -261,22 +255,34 @@ def shared_prefix_logprobs(
     same = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] >= 0)
     allowed = same & causal
     allowed |= torch.eye(width, dtype=torch.bool)  # padding attends to itself (no all-masked row, no NaN)
-    prefix_cols = (seg >= 0)[:, :, None].expand(-1, -1, shared)
-    allowed = torch.cat([prefix_cols, allowed], dim=2)
-    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    prefix_kv = None
     if prefix is not None and shared:
-        cache = prefix.cache(n_rows)
-    elif cache is not None:  # every row reads the one prefix row
-        for layer in cache.layers:
-            layer.keys = layer.keys.expand(n_rows, -1, -1, -1)
-            layer.values = layer.values.expand(n_rows, -1, -1, -1)
-    hidden = decoder(
-        input_ids=ids.to(device),
-        attention_mask=mask[:, None].to(device),
-        position_ids=pos.to(device),
-        cache=cache,
-        use_cache=cache is not None,
-    ).last_hidden_state
+        prefix_kv = list(zip(prefix.leaf_keys, prefix.leaf_values, strict=True))
+    elif cache is not None:
+        prefix_kv = [(layer.keys, layer.values) for layer in cache.layers]
+    with packed_gqa(model) as switched:
+        if prefix_kv is not None and switched:
+            # the prefix passed once to the attention (CascadeAttention), never copied per row; the mask
+            # covers each row's own columns
+            shared_kv = SharedPrefix(prefix_kv)
+            kwargs = dict(shared_prefix=shared_kv, use_cache=False)
+        else:
+            shared_kv = None
+            if prefix_kv is not None:  # every row reads the one prefix row through a cache
+                allowed = torch.cat([(seg >= 0)[:, :, None].expand(-1, -1, shared), allowed], dim=2)
+                cache = DynamicCache()
+                for i, (k, v) in enumerate(prefix_kv):
+                    cache.update(k.expand(n_rows, -1, -1, -1), v.expand(n_rows, -1, -1, -1), i)
+            kwargs = dict(cache=cache, use_cache=cache is not None)
+        mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+        hidden = decoder(
+            input_ids=ids.to(device),
+            attention_mask=mask[:, None].to(device),
+            position_ids=pos.to(device),
+            **kwargs,
+        ).last_hidden_state
+        if shared_kv is not None:
+            shared_kv.check()
     # gather the hidden states that predict policy tokens: token t of sequence i is predicted at t - 1
     row_idx, col_idx, seq_idx, tgt_pos, tgt_ids = [], [], [], [], []
     for i, (s, m) in enumerate(zip(seqs, masks, strict=True)):

@@ -58,7 +58,7 @@ class WarmStartConfig:
         False, "recompute activations in backward: long tool conversations fit in memory (slower)"
     )
     micro_batch_tokens: int = knob(
-        4096,
+        2048,
         "tokens per forward/backward past the shared prefix (a batch is split; gradients add up to the whole "
         "batch's); ~1.5 GB per 1,000 tokens in float32",
         minimum=1,
