@@ -278,8 +278,10 @@ def side_sft(
 
 def side_sft_flops(episodes: int, batch: int, model: str) -> dict[str, Any]:
     """The arithmetic of figure 3's SFT batches, counted from their token lengths (no training): FLOPs per
-    episode of the padded path, of the cached path as built, and of the least any exact shared-prefix
-    computation needs, so the measured tokens/s ratio can be read against the ratio the work allows.
+    episode of the padded path, of the cached path before ``CascadeAttention`` (every own query against the
+    concatenated prefix + own keys, masked) and of the least any exact shared-prefix computation needs (what the
+    cached path does now for a row holding one sequence), so the measured tokens/s ratio can be read against
+    the ratio the work allows.
 
     Per layer: a token costs 2 x (its linear weights) FLOPs forward; a (query, key) pair of attention
     4 x heads x head_dim. Backward with frozen base weights (LoRA) is ~1x forward for the linear layers
@@ -312,13 +314,13 @@ def side_sft_flops(episodes: int, batch: int, model: str) -> dict[str, Any]:
 
     order = list(range(len(data)))
     random.Random(args.seed).shuffle(order)
-    padded = built = least = 0.0
+    padded = concatenated = least = 0.0
     prefixes, owns = [], []
     for b in range(0, len(order), batch):
         items = [data[i] for i in order[b : b + batch]]
         p = shared_prefix_length([x for x, _ in items], [m for _, m in items])
         prefixes.append(p)
-        built += body(p, p * p / 2) + head * 0  # the prefix predicts no agent token
+        concatenated += body(p, p * p / 2)  # the prefix predicts no agent token
         least += body(p, p * p / 2)
         for ids, mask in items:
             n, o = len(ids), len(ids) - p
@@ -326,7 +328,7 @@ def side_sft_flops(episodes: int, batch: int, model: str) -> dict[str, Any]:
             first = next(j for j, x in enumerate(mask) if x)
             agent = sum(mask[1:])
             padded += body(n, n * n / 2) + 2 * head * (n - first)  # logits_to_keep from the first agent token
-            built += body(o, o * (p + o)) + 2 * head * agent  # flash with a mask: every own query x all keys
+            concatenated += body(o, o * (p + o)) + 2 * head * agent  # masked: every own query x all keys
             least += body(o, o * p + o * o / 2) + 2 * head * agent
     n = len(data)
     return {
@@ -336,10 +338,10 @@ def side_sft_flops(episodes: int, batch: int, model: str) -> dict[str, Any]:
         "own_tokens_min_mean_max": [min(owns), sum(owns) / n, max(owns)],
         "gflop_per_episode": {
             "padded": padded / n / 1e9,
-            "cached_built": built / n / 1e9,
+            "cached_concatenated": concatenated / n / 1e9,
             "cached_least": least / n / 1e9,
         },
-        "ratio_built": padded / built,
+        "ratio_concatenated": padded / concatenated,
         "ratio_least": padded / least,
     }
 
