@@ -229,7 +229,14 @@ def side_grpo(
     t0, c0 = time.perf_counter(), time.process_time()
     metrics = trainer.train()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    keep = ("gen_seconds", "train_seconds", "env_seconds", "reward_mean", "train_tokens_per_s")
+    keep = (
+        "gen_seconds",
+        "train_seconds",
+        "env_seconds",
+        "reward_mean",
+        "train_tokens_per_s",
+        "zero_advantage_batch",
+    )
     return {
         "engine": engine,
         "micro_batch_size": micro,
@@ -363,7 +370,15 @@ def side_trace_long(
         micro_batch=micro,
         engine=engine,
     )
-    return {"engine": engine, "micro_batch": micro, "s_per_step": times[-1], "peak_rss_mb": _rss()}
+    m = bench_trace_grpo.last_metrics
+    return {
+        "engine": engine,
+        "micro_batch": micro,
+        "s_per_step": times[-1],
+        "gen_seconds": m.get("gen_seconds"),
+        "train_seconds": m.get("train_seconds"),
+        "peak_rss_mb": _rss(),
+    }
 
 
 def side_trl_long(prompts: int, group: int, tokens: int, model: str) -> dict[str, Any]:

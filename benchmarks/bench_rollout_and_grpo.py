@@ -147,7 +147,10 @@ if "bench/longprompt-v0" not in gym.registry:
 
 
 def reward_fn(texts: list[str]) -> list[float]:
-    return [min(1.0, len(set(t.split())) / 20.0) for t in texts]
+    # distinct words / 20, uncapped: a capped reward saturates at 64 tokens, and a batch whose every group ties
+    # has zero advantages, so trace skips its forward/backward (TRL still computes it) and the step measures
+    # generation only (figure 4's simple side did, once)
+    return [len(set(t.split())) / 20.0 for t in texts]
 
 
 if "bench/prompt-v0" not in gym.registry:
@@ -195,8 +198,15 @@ def bench_trace_grpo(
     for s in range(steps + 1):
         args.steps = s + 1
         t0 = time.perf_counter()
-        trainer.train()
+        metrics = trainer.train()
         times.append(time.perf_counter() - t0)
+        if metrics.get(
+            "zero_advantage_batch"
+        ):  # no forward/backward ran: the step would measure generation only
+            raise RuntimeError(
+                f"step {s}: every group's rewards tied, so trace trained nothing; not comparable"
+            )
+    bench_trace_grpo.last_metrics = metrics  # type: ignore[attr-defined]
     return times[1:]  # drop the warm-up step
 
 

@@ -170,7 +170,19 @@ def test_a_prefix_computed_once_for_several_micro_batches_gives_the_same_gradien
         return values, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
     ref_values, ref_grads = run(False)
-    got_values, got_grads = run(True)
+    # a micro-batch sharing more than the batch's prefix (a group's own prompt) computes that extension once
+    from trace_train.grpo.logprobs import _decoder_and_head
+
+    shapes = []
+    hook = _decoder_and_head(model)[0].register_forward_pre_hook(
+        lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        got_values, got_grads = run(True)
+    finally:
+        hook.remove()
+    group0 = shared_prefix_length(seqs[0:2], masks[0:2])
+    assert group0 > shared and (1, group0 - shared) in shapes, shapes
     for a, b in zip(ref_values, got_values, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     assert ref_grads and ref_grads.keys() == got_grads.keys()

@@ -225,6 +225,20 @@ def shared_prefix_logprobs(
                     "every sequence must start with the given prefix, continue past it and have no policy "
                     "token predicted inside it"
                 )
+        longer = shared_prefix_length(seqs, masks) if len(seqs) > 1 else 0
+        if longer > shared:
+            # this micro-batch shares more than the batch's prefix (a GRPO group's task prompt after the system
+            # prompt all groups share): that extension once, attending to the prefix, then both as one prefix
+            cache = DynamicCache()
+            for i, (k, v) in enumerate(zip(prefix.leaf_keys, prefix.leaf_values, strict=True)):
+                cache.update(k, v, i)
+            decoder(
+                input_ids=torch.tensor([seqs[0][shared:longer]], dtype=torch.long, device=device),
+                position_ids=torch.arange(shared, longer, device=device)[None],
+                cache=cache,
+                use_cache=True,
+            )
+            prefix, shared = None, longer
     else:
         # the prefix ends before the position that predicts the earliest policy token of any sequence
         shared = shared_prefix_length(seqs, masks)
