@@ -13,9 +13,11 @@ import sys
 import typing
 from typing import Any
 
+from trace_train.config import DTYPES
+
 CHOICES = {
     "loss_type": ["grpo", "dr_grpo", "dapo"],
-    "dtype": ["auto", "float32", "bfloat16", "float16"],
+    "dtype": list(DTYPES),
     "engine": ["cached", "simple"],  # rollout engine (issue 9)
     "tool_format": ["json", "compact"],
 }

@@ -15,6 +15,10 @@ if TYPE_CHECKING:
     from trace_train.grpo.losses import LossConfig
 
 
+# weights dtypes every --dtype flag accepts ("auto": bf16 only where it is fast, trace_train.models.auto_dtype)
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
 @dataclass
 class LoraSettings:
     rank: int = 16

