@@ -201,3 +201,74 @@ def test_a_prefix_that_does_not_fit_the_sequences_is_refused():
     long_prefix = PrefixKV.compute(model, seqs[0][: masks[0].index(1) + 2])  # a policy token inside it
     with pytest.raises(ValueError, match="policy token"):
         shared_prefix_logprobs(model, seqs[:1], masks[:1], pad, prefix=long_prefix)
+
+
+def _tree_batch(seed=3):
+    """A micro-batch holding several GRPO groups, shuffled: groups A and B share a 20-token preamble after the
+    common 40-token prefix, then each has its own 30-token prompt; group C has its own 30-token prompt; one
+    sequence has a prompt of its own. Completions and env turns of uneven length follow."""
+    g = torch.Generator().manual_seed(seed)
+    rand = lambda n: torch.randint(3, 300, (n,), generator=g).tolist()  # noqa: E731
+    common, preamble = rand(40), [5] + rand(19)
+    prompts = {
+        "A": common + preamble + [7] + rand(29),
+        "B": common + preamble + [9] + rand(29),
+        "C": common + [11] + rand(29),
+        "D": common + [13] + rand(29),
+    }
+    seqs, masks = [], []
+    for name, members in (("A", 3), ("B", 2), ("C", 4), ("D", 1)):
+        for j in range(members):
+            ids, mask = list(prompts[name]), [0] * len(prompts[name])
+            for turn in range(1 + j % 2):
+                gen = rand(3 + 2 * j + turn)
+                ids += gen
+                mask += [1] * len(gen)
+                env = rand(4)
+                ids += env
+                mask += [0] * len(env)
+            seqs.append(ids)
+            masks.append(mask)
+    order = torch.randperm(len(seqs), generator=g).tolist()
+    return [seqs[i] for i in order], [masks[i] for i in order]
+
+
+@pytest.mark.parametrize("given_prefix", [False, True])
+def test_groups_in_one_micro_batch_compute_each_prompt_once(given_prefix):
+    """Several groups in one micro-batch: the common prefix, each shared preamble and each group's prompt are
+    computed once (one decoder call each, on top of what they extend), and values and gradients equal the
+    padded computation."""
+    from trace_train.grpo.logprobs import PrefixKV, _decoder_and_head
+
+    model, pad = _lora_model()
+    model.train()
+    seqs, masks = _tree_batch()
+    ids, attn, pmask = pad_batch(seqs, masks, pad)
+    ref, ref_mask = sequence_logprobs(model, ids, attn, pmask, share_prefix=False)
+    ref_loss, ref_grads = _loss_and_grads(model, ref, ref_mask)
+
+    shapes = []
+    hook = _decoder_and_head(model)[0].register_forward_pre_hook(
+        lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        model.zero_grad(set_to_none=True)
+        prefix = PrefixKV.compute(model, seqs[0][:40]) if given_prefix else None
+        got, got_mask = shared_prefix_logprobs(model, seqs, masks, pad, prefix=prefix)
+        w = torch.arange(1, got.shape[0] + 1, dtype=torch.float32)[:, None]
+        loss = -(got * got_mask * w).sum() / got_mask.sum()
+        loss.backward()
+        if prefix is not None:
+            prefix.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    finally:
+        hook.remove()
+    # the prefix, the A/B preamble, and the A, B and C prompts (less the last token, which predicts the first
+    # policy token): one call each; D's prompt is packed with its rest
+    assert shapes.count((1, 40)) == 1 and shapes.count((1, 20)) == 1 and shapes.count((1, 29)) == 3, shapes
+    assert torch.equal(got_mask, ref_mask)
+    torch.testing.assert_close(got * got_mask, ref * ref_mask, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(loss.detach(), ref_loss, atol=1e-6, rtol=1e-5)
+    assert grads.keys() == ref_grads.keys() and grads
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], atol=1e-6, rtol=1e-4)

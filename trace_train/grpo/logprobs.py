@@ -134,6 +134,47 @@ def _cache_from(kv: list[tuple[torch.Tensor, torch.Tensor]], rows: int) -> Dynam
     return cache
 
 
+def _target_window(seqs: list[list[int]], masks: list[list[int]], firsts: list[int]) -> tuple[int, int]:
+    """``(first, k)``: the ``[B, K]`` outputs' column c holds the log-prob of token ``first + 1 + c``."""
+    t_max = max(len(s) for s in seqs)
+    first = min(firsts) - 1 if any(f < len(m) for f, m in zip(firsts, masks, strict=True)) else t_max - 2
+    first = max(first, 0)
+    return first, t_max - 1 - first
+
+
+# A group gets its own call on top of the common prefix when that saves at least this many tokens' forward and
+# backward ((members - 1) x its own shared prompt): below it, another decoder call costs more than it saves.
+MIN_SAVED_TOKENS = 16
+
+
+def _subtrees(seqs: list[list[int]], masks: list[list[int]], shared: int) -> list[list[int]]:
+    """Sequence indices in groups that share more than their first ``shared`` tokens (a GRPO group's task
+    prompt), each worth its own call (:data:`MIN_SAVED_TOKENS`); the other sequences together as one more part.
+    One part means: nothing to split."""
+    # a prompt ends before the position that predicts the sequence's first policy token
+    prompts = [
+        s[: next((j for j, x in enumerate(m) if x), len(m)) - 1] for s, m in zip(seqs, masks, strict=True)
+    ]
+    order = sorted(range(len(seqs)), key=lambda i: prompts[i][shared:])
+    clusters: list[list[int]] = [[order[0]]]
+    extra = [len(prompts[order[0]])]  # tokens every member shares past ``shared``
+    for a, b in zip(order, order[1:], strict=False):
+        common = common_prefix_length([prompts[a], prompts[b]])
+        if common > shared:  # sorted: a cluster's common prefix is the least over its neighbours
+            clusters[-1].append(b)
+            extra[-1] = min(extra[-1], common)
+        else:
+            clusters.append([b])
+            extra.append(len(prompts[b]))
+    worth = [
+        sorted(c)
+        for c, e in zip(clusters, extra, strict=True)
+        if (len(c) - 1) * (e - shared) >= MIN_SAVED_TOKENS
+    ]
+    rest = sorted(i for c in clusters if sorted(c) not in worth for i in c)
+    return worth + ([rest] if rest else [])
+
+
 def shared_prefix_length(seqs: list[list[int]], masks: list[list[int]]) -> int:
     """Tokens every sequence shares before the position that predicts the earliest policy token of any."""
     if len(seqs) < 2:
@@ -225,7 +266,8 @@ def shared_prefix_logprobs(
     if any(len(m) != len(s) for s, m in zip(seqs, masks, strict=True)):
         raise ValueError("every mask must have its sequence's length")
     firsts = [next((j for j, x in enumerate(m) if x), len(m)) for m in masks]
-    cache = None
+    kv = None  # the shared prefix's keys/values per layer, each [1, Hkv, shared, D]
+    shared = 0
     if prefix is not None:
         shared = len(prefix)
         for s, f in zip(seqs, firsts, strict=True):
@@ -234,25 +276,44 @@ def shared_prefix_logprobs(
                     "every sequence must start with the given prefix, continue past it and have no policy "
                     "token predicted inside it"
                 )
-        longer = shared_prefix_length(seqs, masks) if len(seqs) > 1 else 0
-        if longer > shared:
-            # this micro-batch shares more than the batch's prefix (a GRPO group's task prompt after the system
-            # prompt all groups share): that extension once, attending to the prefix, then both as one prefix
-            cache = _cache_from(list(zip(prefix.leaf_keys, prefix.leaf_values, strict=True)), rows=1)
-            decoder(
-                input_ids=torch.tensor([seqs[0][shared:longer]], dtype=torch.long, device=device),
-                position_ids=torch.arange(shared, longer, device=device)[None],
-                cache=cache,
-                use_cache=True,
+        kv = list(zip(prefix.leaf_keys, prefix.leaf_values, strict=True))
+    # the prefix ends before the position that predicts the earliest policy token of any sequence
+    longer = shared_prefix_length(seqs, masks)
+    if longer > shared:
+        # what these sequences share past the given prefix (a GRPO group's task prompt after the system prompt
+        # all groups share), once, attending to that prefix; then both are one prefix
+        cache = _cache_from(kv, rows=1) if kv else DynamicCache()
+        decoder(
+            input_ids=torch.tensor([seqs[0][shared:longer]], dtype=torch.long, device=device),
+            position_ids=torch.arange(shared, longer, device=device)[None],
+            cache=cache,
+            use_cache=True,
+        )
+        kv = [(layer.keys, layer.values) for layer in cache.layers]
+        shared = longer
+    parts = _subtrees(seqs, masks, shared)
+    if len(parts) > 1:
+        # several groups in one micro-batch, each sharing its own prompt after the common prefix: one call per
+        # group on top of that prefix (computed once above), so each prompt is computed once, not per member
+        sub = PrefixKV(seqs[0][:shared], [], [], [k for k, _ in kv], [v for _, v in kv]) if kv else None
+        first, k = _target_window(seqs, masks, firsts)
+        logp = torch.zeros((len(seqs), k), dtype=torch.float32, device=device)
+        tmask = torch.zeros((len(seqs), k), dtype=torch.float32, device=device)
+        for part in parts:
+            p_seqs, p_masks = [seqs[i] for i in part], [masks[i] for i in part]
+            p_logp, p_tmask = shared_prefix_logprobs(
+                model, p_seqs, p_masks, pad_id, sampling, row_tokens=row_tokens, prefix=sub
             )
-            prefix, shared = None, longer
-    else:
-        # the prefix ends before the position that predicts the earliest policy token of any sequence
-        shared = shared_prefix_length(seqs, masks)
-        if shared:
-            ids0 = torch.tensor([seqs[0][:shared]], dtype=torch.long, device=device)
-            cache = DynamicCache()
-            decoder(input_ids=ids0, cache=cache, use_cache=True)
+            p_first, p_k = _target_window(p_seqs, p_masks, [firsts[i] for i in part])
+            rows = torch.tensor(part, device=device)
+            if (
+                p_tmask.any()
+            ):  # column c of the part predicts token p_first + 1 + c, here column p_first - first + c
+                logp[rows, p_first - first : p_first - first + p_k] = p_logp
+                tmask[rows, p_first - first : p_first - first + p_k] = p_tmask
+            elif p_logp.requires_grad:  # keep the graph (zero gradients) as the single-call path does
+                logp = logp + 0.0 * p_logp.sum()
+        return logp, tmask
     rests = [s[shared:] for s in seqs]
     capacity = max(row_tokens or 0, max(len(r) for r in rests))
     rows = _pack([len(r) for r in rests], capacity)
@@ -276,11 +337,8 @@ def shared_prefix_logprobs(
     same = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] >= 0)
     allowed = same & causal
     allowed |= torch.eye(width, dtype=torch.bool)  # padding attends to itself (no all-masked row, no NaN)
-    prefix_kv = None
-    if prefix is not None and shared:
-        prefix_kv = list(zip(prefix.leaf_keys, prefix.leaf_values, strict=True))
-    elif cache is not None:
-        prefix_kv = [(layer.keys, layer.values) for layer in cache.layers]
+    prefix_kv = kv
+    cache = None
     with packed_gqa(model) as switched:
         if prefix_kv is not None and switched:
             # the prefix passed once to the attention (CascadeAttention), never copied per row; the mask
@@ -313,10 +371,7 @@ def shared_prefix_logprobs(
                 seq_idx.append(i)
                 tgt_pos.append(t)
                 tgt_ids.append(s[t])
-    t_max = max(len(s) for s in seqs)
-    first = min(firsts) - 1 if any(f < len(m) for f, m in zip(firsts, masks, strict=True)) else t_max - 2
-    first = max(first, 0)
-    k = t_max - 1 - first
+    first, k = _target_window(seqs, masks, firsts)
     logp = torch.zeros((len(seqs), k), dtype=torch.float32, device=device)
     tmask = torch.zeros((len(seqs), k), dtype=torch.float32, device=device)
     if row_idx:
