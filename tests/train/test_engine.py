@@ -216,6 +216,29 @@ def test_identical_prompts_of_a_group_sample_independently():
     assert len({tuple(t.token_ids) for t in trajs}) > 1
 
 
+@PREFILL
+def test_a_groups_shared_prompt_is_prefilled_once(max_padding):
+    """Rollouts of a GRPO group start from the same prompt: it is prefilled once and its cache row copied for
+    each; greedy turns then equal the simple engine's (across error replies and early ends), and sampled
+    log-probs equal a fresh forward of each final conversation."""
+    policy = _policy()
+    engine = engine_for(policy)
+    engine.max_prefill_padding = max_padding
+    seeds = [3, 3, 3, 0, 0, 5, 2, 2]
+    cached = _run(policy, "cached", seeds, GREEDY)
+    assert engine.stats.prompts_deduplicated == 4
+    simple = _run(policy, "simple", seeds, GREEDY)
+    for a, b in zip(simple, cached, strict=True):
+        assert a.token_ids == b.token_ids and a.policy_mask == b.policy_mask
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=8)
+    torch.manual_seed(2)
+    sampled = _run(policy, "cached", seeds, sampling)
+    assert len({tuple(t.token_ids) for t in sampled[:3]}) > 1  # the copies sample independently
+    for t in sampled:
+        got = torch.tensor([lp for lp, m in zip(t.sampler_logprobs, t.policy_mask, strict=True) if m])
+        assert torch.allclose(got, _teacher_forced(policy, t, sampling), atol=1e-4)
+
+
 def test_bad_engine_name_is_refused():
     with pytest.raises(ValueError, match="unknown engine"):
         _run(_policy(), "fast", [1], GREEDY)

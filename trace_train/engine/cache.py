@@ -127,6 +127,11 @@ class GrowingLayer(DynamicLayer):
         for buf in (self.keys, self.values):
             buf[moved, :, : self.used] = buf[source, :, : self.used]  # the right side is a copy: safe
 
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Row ``r`` becomes a copy of row ``rows[r]`` (rows may repeat)."""
+        if self.is_initialized:
+            self.keys, self.values = self.keys[rows], self.values[rows]
+
     def gather(self, rows: torch.Tensor, cols: torch.Tensor) -> None:
         """Keep ``rows`` and, for each, the columns ``cols[r]`` (``[R, T']`` indices), in a fresh buffer."""
         idx = cols[:, None, :, None]
@@ -230,6 +235,15 @@ class RaggedCache:
         for layer in self.layers:
             device = layer.keys.device if layer.is_initialized else "cpu"
             layer.permute_rows(source.to(device), dest.to(device))
+
+    def repeat_rows(self, source: list[int]) -> None:
+        """Row ``r`` becomes a copy of row ``source[r]`` (rows may repeat: conversations with the same prompt,
+        prefilled once, each get their own row to continue it)."""
+        index = torch.tensor(source, dtype=torch.long)
+        self.mask = self.mask[index]
+        self.ids = [list(self.ids[i]) for i in source]
+        for layer in self.layers:
+            layer.select_rows(index.to(layer.keys.device) if layer.is_initialized else index)
 
     def set_live_rows(self, n: int | None) -> None:
         """Forward passes run rows ``[0, n)`` only (None: all rows); see :attr:`GrowingLayer.live_rows`."""

@@ -47,6 +47,7 @@ class EngineStats:
     compactions: int = 0
     joins: int = 0  # conversations that joined a running batch (continuous batching)
     row_shrinks: int = 0  # decode steps that dropped finished rows (see ``Session._decode``)
+    prompts_deduplicated: int = 0  # first prompts prefilled once for several conversations (a GRPO group)
 
 
 def common_prefix_length(seqs: list[list[int]]) -> int:
@@ -314,18 +315,26 @@ class Session:
 
     def _turn(self, prompts: list[list[int]], active: list[int], share_prefix: bool):
         eng, st = self.engine, self.engine.stats
+        source = None  # at the start: the first row of each distinct prompt, for each conversation
         if self.cache is None:
-            self._start(prompts, active, share_prefix)
+            first_row: dict[tuple[int, ...], int] = {}
+            source = [first_row.setdefault(tuple(p), len(first_row)) for p in prompts]
+            distinct = list({tuple(p): p for p in prompts}.values())
+            if len(distinct) == len(prompts):
+                source = None
+            else:  # a GRPO group's rollouts share their prompt: prefill it once, then a row for each
+                prompts = distinct
+            self._start(prompts, active if source is None else list(range(len(prompts))), share_prefix)
         else:
             self._follow(active, prompts)
         cache = self.cache
         deltas = []
-        for conv, prompt in zip(active, prompts, strict=True):
-            held = cache.ids[self.row_of[conv]]
+        for row, prompt in enumerate(prompts):
+            held = cache.ids[row]
             if prompt[: len(held)] != held:
                 raise ValueError(
-                    f"conversation {conv}: the prompt does not extend the cached tokens (rollout ids must grow "
-                    "by appending only)"
+                    f"conversation {active[row]}: the prompt does not extend the cached tokens (rollout ids "
+                    "must grow by appending only)"
                 )
             deltas.append(prompt[len(held) :])
         t0 = time.perf_counter()
@@ -338,6 +347,11 @@ class Session:
             max_padding=eng.max_prefill_padding,
         )
         st.prefill_tokens += sum(len(d) for d in deltas)
+        if source is not None:
+            cache.repeat_rows(source)
+            logits = logits[torch.tensor(source, device=logits.device)]
+            self.row_of = {conv: r for r, conv in enumerate(active)}
+            st.prompts_deduplicated += len(source) - len(prompts)
         st.prefill_seconds += time.perf_counter() - t0
         t0 = time.perf_counter()
         out = self._decode(logits)
