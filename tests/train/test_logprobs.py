@@ -272,3 +272,51 @@ def test_groups_in_one_micro_batch_compute_each_prompt_once(given_prefix):
     assert grads.keys() == ref_grads.keys() and grads
     for name in grads:
         torch.testing.assert_close(grads[name], ref_grads[name], atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("given_prefix", "ours"), [(False, True), (True, True), (False, False)])
+def test_gradient_checkpointing_keeps_the_shared_prefix_path(given_prefix, ours, monkeypatch):
+    """Under gradient checkpointing (layers replayed in backward) the shared-prefix path still runs (cascade
+    attention, each prompt computed once) and gives the gradients of the padded path without checkpointing.
+    Checkpointing set up otherwise (transformers' default is reentrant, which would lose the prefix's gradient)
+    takes the padded path instead, with the same gradients."""
+    from trace_train.grpo.logprobs import PrefixKV
+    from trace_train.grpo.trainer import enable_gradient_checkpointing
+
+    calls = []
+    cascade = attention.CascadeAttention.apply
+    monkeypatch.setattr(attention.CascadeAttention, "apply", lambda *a: calls.append(1) or cascade(*a))
+    model, pad = _lora_model()
+    model.train()
+    seqs, masks = _tree_batch()
+    ids, attn, pmask = pad_batch(seqs, masks, pad)
+    ref, ref_mask = sequence_logprobs(model, ids, attn, pmask, share_prefix=False)
+    ref_loss, ref_grads = _loss_and_grads(model, ref, ref_mask)
+
+    if ours:
+        enable_gradient_checkpointing(model)
+    else:
+        model.get_base_model().gradient_checkpointing_enable()
+        model.enable_input_require_grads()  # reentrant checkpointing needs inputs that require grad
+    mlp_runs = []
+    mlp = model.get_decoder().layers[0].mlp
+    run_mlp = mlp.forward  # a wrapper, not a hook: forward hooks do not fire in a checkpoint's replay
+    mlp.forward = lambda *a, **k: mlp_runs.append(1) or run_mlp(*a, **k)
+    try:
+        model.zero_grad(set_to_none=True)
+        prefix = PrefixKV.compute(model, seqs[0][:40]) if given_prefix else None
+        got, got_mask = shared_prefix_logprobs(model, seqs, masks, pad, prefix=prefix)
+        forwards = len(mlp_runs)
+        w = torch.arange(1, got.shape[0] + 1, dtype=torch.float32)[:, None]
+        (-(got * got_mask * w).sum() / got_mask.sum()).backward()
+        if prefix is not None:
+            prefix.backward()
+    finally:
+        del mlp.forward
+    assert len(mlp_runs) > forwards, "no layer was replayed: checkpointing is not on"
+    assert bool(calls) == ours, "the checkpointed forward took the wrong path"
+    torch.testing.assert_close(got * got_mask, ref * ref_mask, atol=1e-5, rtol=1e-5)
+    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert grads.keys() == ref_grads.keys() and grads
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], atol=1e-6, rtol=1e-4)

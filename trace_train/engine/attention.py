@@ -24,8 +24,8 @@ the keyword is caught (:meth:`SharedPrefix.check`) instead of silently attending
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -273,3 +273,35 @@ def packed_gqa(model: torch.nn.Module) -> Iterator[bool]:
     finally:
         for config in configs:
             config._attn_implementation = "sdpa"
+
+
+def replay_attention(
+    model: torch.nn.Module,
+) -> Callable[[], tuple[AbstractContextManager, AbstractContextManager]]:
+    """A ``context_fn`` for ``torch.utils.checkpoint`` (non-reentrant): a checkpointed layer's recomputation in
+    the backward pass runs under the attention implementation its forward ran under. Training forwards with a
+    shared prefix run inside :func:`packed_gqa` and their backward outside it; replayed with ``sdpa``, a layer
+    would ignore the prefix."""
+    configs = list(
+        {id(c): c for m in model.modules() if (c := getattr(m, "config", None)) is not None}.values()
+    )
+    configs = [c for c in configs if hasattr(c, "_attn_implementation")]
+
+    def context_fn() -> tuple[AbstractContextManager, AbstractContextManager]:
+        names = [c._attn_implementation for c in configs]
+
+        @contextmanager
+        def replay() -> Iterator[None]:
+            before = [c._attn_implementation for c in configs]
+            for c, name in zip(configs, names, strict=True):
+                c._attn_implementation = name
+            try:
+                yield
+            finally:
+                for c, name in zip(configs, before, strict=True):
+                    c._attn_implementation = name
+
+        return nullcontext(), replay()
+
+    context_fn.replays_attention = True  # type: ignore[attr-defined]
+    return context_fn

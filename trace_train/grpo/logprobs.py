@@ -20,6 +20,8 @@ the sampler's own warpers). Greedy decoding (temperature 0) is scored at tempera
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -105,8 +107,18 @@ def _decoder_and_head(model: torch.nn.Module):
     return decoder, head
 
 
-def _checkpointing(decoder: torch.nn.Module) -> bool:
-    return any(getattr(m, "gradient_checkpointing", False) for m in decoder.modules())
+def _replays_safely(decoder: torch.nn.Module) -> bool:
+    """Whether the shared-prefix path is exact under the decoder's gradient checkpointing: off, or non-reentrant
+    with replays under their forward's attention (:func:`trace_train.grpo.trainer.enable_gradient_checkpointing`).
+    A reentrant checkpoint would drop the gradient that reaches the prefix's K/V through the cache, and a replay
+    under plain sdpa would ignore the prefix."""
+    for m in decoder.modules():
+        if getattr(m, "gradient_checkpointing", False):
+            keywords = getattr(getattr(m, "_gradient_checkpointing_func", None), "keywords", {})
+            context_fn = keywords.get("context_fn")
+            if keywords.get("use_reentrant", True) or not getattr(context_fn, "replays_attention", False):
+                return False
+    return True
 
 
 def _pack(lengths: list[int], capacity: int) -> list[list[int]]:
@@ -125,13 +137,62 @@ def _pack(lengths: list[int], capacity: int) -> list[list[int]]:
     return rows
 
 
-def _cache_from(kv: list[tuple[torch.Tensor, torch.Tensor]], rows: int) -> DynamicCache:
-    """A fresh cache whose layers start with a prefix's ``[1, Hkv, P, D]`` K/V, viewed (not copied) for ``rows``
-    rows; later updates concatenate to it, so gradients reach the prefix through the cache."""
-    cache = DynamicCache()
-    for i, (k, v) in enumerate(kv):
-        cache.update(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1), i)
-    return cache
+class _PrefixCache(DynamicCache):
+    """A read-only cache over a prefix's ``[1, Hkv, P, D]`` K/V (or nothing), viewed for ``rows`` rows: ``update``
+    returns the prefix followed by the new K/V without storing them, so gradients reach the prefix through it and a
+    layer that gradient checkpointing replays in the backward pass sees exactly what its forward saw. ``kv[layer]``
+    keeps the first forward's prefix + new K/V (a prefix computed on top of another)."""
+
+    def __init__(self, prefix: list[tuple[torch.Tensor, torch.Tensor]] | None, rows: int = 1):
+        super().__init__()
+        for i, (k, v) in enumerate(prefix or []):
+            super().update(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1), i)
+        self.kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        if layer_idx < len(self.layers) and self.layers[layer_idx].is_initialized:
+            layer = self.layers[layer_idx]
+            key_states = torch.cat([layer.keys, key_states], dim=-2)
+            value_states = torch.cat([layer.values, value_states], dim=-2)
+        self.kv.setdefault(layer_idx, (key_states, value_states))
+        return key_states, value_states
+
+    def layer_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [self.kv[i] for i in sorted(self.kv)]
+
+
+@contextmanager
+def _cache_under_checkpointing(decoder: torch.nn.Module) -> Iterator[None]:
+    """Let gradient-checkpointed layers keep a :class:`_PrefixCache` (transformers drops caches there because a
+    replay would write a second time; this cache is never written)."""
+    layers = [m for m in decoder.modules() if getattr(m, "gradient_checkpointing", False)]
+    for m in layers:
+        m._can_checkpoint_with_cache = True
+    try:
+        yield
+    finally:
+        for m in layers:
+            del m._can_checkpoint_with_cache
+
+
+def _prefix_forward(
+    decoder: torch.nn.Module,
+    tokens: list[int],
+    start: int,
+    base: list[tuple[torch.Tensor, torch.Tensor]] | None,
+    device: torch.device,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """K/V per layer of ``base`` followed by ``tokens`` (at positions ``start...``, attending to ``base``), with
+    gradient when enabled, gradient checkpointing or not."""
+    cache = _PrefixCache(base)
+    with _cache_under_checkpointing(decoder):
+        decoder(
+            input_ids=torch.tensor([tokens], dtype=torch.long, device=device),
+            position_ids=torch.arange(start, start + len(tokens), device=device)[None],
+            cache=cache,
+            use_cache=True,
+        )
+    return cache.layer_kv()
 
 
 def _target_window(seqs: list[list[int]], masks: list[list[int]], firsts: list[int]) -> tuple[int, int]:
@@ -202,21 +263,12 @@ class PrefixKV:
     @classmethod
     def compute(cls, model: torch.nn.Module, tokens: list[int]) -> PrefixKV | None:
         """The prefix's keys/values, or None where :func:`shared_prefix_logprobs` would not use them (no
-        decoder/head split, gradient checkpointing in training, an empty prefix)."""
-        decoder, head = _decoder_and_head(model)
-        if (
-            not tokens
-            or decoder is None
-            or (_checkpointing(decoder) and torch.is_grad_enabled() and model.training)
-        ):
+        decoder/head split, an empty prefix, gradient checkpointing set up by someone else)."""
+        decoder, _ = _decoder_and_head(model)
+        if not tokens or decoder is None or not _replays_safely(decoder):
             return None
-        device = next(model.parameters()).device
-        cache = DynamicCache()
-        decoder(
-            input_ids=torch.tensor([tokens], dtype=torch.long, device=device), cache=cache, use_cache=True
-        )
-        keys = [layer.keys for layer in cache.layers]
-        values = [layer.values for layer in cache.layers]
+        kv = _prefix_forward(decoder, list(tokens), 0, None, next(model.parameters()).device)
+        keys, values = [k for k, _ in kv], [v for _, v in kv]
 
         def leaf(t: torch.Tensor) -> torch.Tensor:
             return t.detach().requires_grad_(t.requires_grad)
@@ -252,15 +304,17 @@ def shared_prefix_logprobs(
     computing the shared prefix once and packing the rest (see the module docstring).
 
     ``row_tokens``: tokens per packed row (default: the longest remainder; larger packs more per row).
-    Models without ``get_decoder``/``get_output_embeddings``, or with gradient checkpointing on (which drops
-    caches), take the :func:`sequence_logprobs` path.
+    Models without ``get_decoder``/``get_output_embeddings`` take the :func:`sequence_logprobs` path. Gradient
+    checkpointing as :func:`trace_train.grpo.trainer.enable_gradient_checkpointing` sets it up keeps this path:
+    the prefix's K/V reach the checkpointed layers through a cache that is never written (:class:`_PrefixCache`)
+    and a replayed layer runs the attention of its forward; any other checkpointing takes the padded path.
     ``prefix``: keys/values of a prefix every sequence starts with, computed once for several calls
     (:class:`PrefixKV`); the caller runs ``prefix.backward()`` after the calls' backward passes.
     """
     sampling = _sampling(sampling, temperature)
     device = next(model.parameters()).device
     decoder, head = _decoder_and_head(model)
-    if decoder is None or (_checkpointing(decoder) and torch.is_grad_enabled() and model.training):
+    if decoder is None or not _replays_safely(decoder):
         ids, attn, pmask = pad_batch(seqs, masks, pad_id)
         return _padded_logprobs(model, ids.to(device), attn.to(device), pmask.to(device), sampling)
     if any(len(m) != len(s) for s, m in zip(seqs, masks, strict=True)):
@@ -282,14 +336,7 @@ def shared_prefix_logprobs(
     if longer > shared:
         # what these sequences share past the given prefix (a GRPO group's task prompt after the system prompt
         # all groups share), once, attending to that prefix; then both are one prefix
-        cache = _cache_from(kv, rows=1) if kv else DynamicCache()
-        decoder(
-            input_ids=torch.tensor([seqs[0][shared:longer]], dtype=torch.long, device=device),
-            position_ids=torch.arange(shared, longer, device=device)[None],
-            cache=cache,
-            use_cache=True,
-        )
-        kv = [(layer.keys, layer.values) for layer in cache.layers]
+        kv = _prefix_forward(decoder, seqs[0][shared:longer], shared, kv, device)
         shared = longer
     parts = _subtrees(seqs, masks, shared)
     if len(parts) > 1:
@@ -349,15 +396,16 @@ def shared_prefix_logprobs(
             shared_kv = None
             if prefix_kv is not None:  # every row reads the one prefix row through a cache
                 allowed = torch.cat([(seg >= 0)[:, :, None].expand(-1, -1, shared), allowed], dim=2)
-                cache = _cache_from(prefix_kv, rows=n_rows)
+                cache = _PrefixCache(prefix_kv, rows=n_rows)
             kwargs = dict(cache=cache, use_cache=cache is not None)
         mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-        hidden = decoder(
-            input_ids=ids.to(device),
-            attention_mask=mask[:, None].to(device),
-            position_ids=pos.to(device),
-            **kwargs,
-        ).last_hidden_state
+        with _cache_under_checkpointing(decoder):
+            hidden = decoder(
+                input_ids=ids.to(device),
+                attention_mask=mask[:, None].to(device),
+                position_ids=pos.to(device),
+                **kwargs,
+            ).last_hidden_state
         if shared_kv is not None:
             shared_kv.check()
     # gather the hidden states that predict policy tokens: token t of sequence i is predicted at t - 1

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from trace_train.config import GRPOArgs
+from trace_train.engine.attention import replay_attention
 from trace_train.envs import check_train_tasks, make_env, train_reset_seed
 from trace_train.grpo.advantages import group_advantages, informative_groups
 from trace_train.grpo.checkpoint import load_checkpoint, save_checkpoint
@@ -479,12 +480,14 @@ class GRPOTrainer:
 
 
 def enable_gradient_checkpointing(model) -> None:
-    """Non-reentrant activation checkpointing (works with frozen inputs, so no input-grad hook is needed)."""
+    """Non-reentrant activation checkpointing (works with frozen inputs, so no input-grad hook is needed) whose
+    replays use the attention of their forward (the shared-prefix training path needs both)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    kwargs = {"use_reentrant": False, "context_fn": replay_attention(base)}
     if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5.2x name
-        base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
-        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 MISMATCH_KEYS = ("abs_mean", "kl", "residual_abs_mean", "is_weight_mean", "truncated_fraction")
