@@ -465,8 +465,20 @@ def side_tool_ab(
         batch_size=16,
         difficulty=difficulty,
     )
+    episodes_ = res.trajectories
+    components: dict[str, list[float]] = {}
+    for r in episodes_:
+        for name, value in (r.get("reward_components") or {}).items():
+            components.setdefault(name, []).append(float(value >= 1.0))
     return {
         "tool_format": fmt,
+        # what the agent got right even where it failed: each verifier component's pass rate, malformed actions
+        "component_pass_rates": {k: sum(v) / len(v) for k, v in sorted(components.items())},
+        "episodes_with_components": max(
+            (len(v) for v in components.values()), default=0
+        ),  # those the env ended
+        "invalid_actions_mean": sum(r["invalid_actions"] for r in episodes_) / max(len(episodes_), 1),
+        "turns_mean": sum(r["turns"] for r in episodes_) / max(len(episodes_), 1),
         "sft_episodes": summary["trajectories"],
         "sft_final_loss": summary["final_loss"],
         "sft_seconds": sft_seconds,

@@ -94,6 +94,7 @@ class Trajectory:
             "terminated": self.terminated,
             "truncated": self.truncated,
             "invalid_actions": self.invalid_actions,
+            "reward_components": self.info.get("reward_components"),
             "generated_tokens": self.generated_tokens,
             "messages": self.messages,
             "actions": self.actions,
