@@ -12,6 +12,8 @@ Two ways to get the same numbers (tested equal, gradients included):
 - :class:`PrefixKV`: the same prefix shared by *several* micro-batches (an SFT batch or a GRPO minibatch split
   to bound memory) is computed once per batch, not once per micro-batch: micro-batches read detached copies of
   its keys/values, their gradients add up there, and one backward pushes the sum through the prefix's forward.
+- Several groups in one micro-batch: after what all sequences share, each group's own prompt is computed once on
+  top of it (recursively: a trie over the prompts), not once per member.
 
 Log-probs are those of the distribution the tokens were sampled from: logits divided by the sampling temperature,
 and with top-k / top-p renormalised over the kept tokens (:func:`trace_train.engine.sampling.target_logprobs`,
@@ -218,22 +220,23 @@ def _subtrees(seqs: list[list[int]], masks: list[list[int]], shared: int) -> lis
     ]
     order = sorted(range(len(seqs)), key=lambda i: prompts[i][shared:])
     clusters: list[list[int]] = [[order[0]]]
-    extra = [len(prompts[order[0]])]  # tokens every member shares past ``shared``
+    common = [len(prompts[order[0]])]  # tokens every member of the cluster shares
     for a, b in zip(order, order[1:], strict=False):
-        common = common_prefix_length([prompts[a], prompts[b]])
-        if common > shared:  # sorted: a cluster's common prefix is the least over its neighbours
+        n = common_prefix_length([prompts[a], prompts[b]])
+        if n > shared:  # sorted: a cluster's common prefix is the least over its neighbours
             clusters[-1].append(b)
-            extra[-1] = min(extra[-1], common)
+            common[-1] = min(common[-1], n)
         else:
             clusters.append([b])
-            extra.append(len(prompts[b]))
-    worth = [
-        sorted(c)
-        for c, e in zip(clusters, extra, strict=True)
-        if (len(c) - 1) * (e - shared) >= MIN_SAVED_TOKENS
-    ]
-    rest = sorted(i for c in clusters if sorted(c) not in worth for i in c)
-    return worth + ([rest] if rest else [])
+            common.append(len(prompts[b]))
+    parts: list[list[int]] = []
+    rest: list[int] = []
+    for cluster, n in zip(clusters, common, strict=True):
+        if (len(cluster) - 1) * (n - shared) >= MIN_SAVED_TOKENS:
+            parts.append(sorted(cluster))
+        else:
+            rest += cluster
+    return parts + ([sorted(rest)] if rest else [])
 
 
 def shared_prefix_length(seqs: list[list[int]], masks: list[list[int]]) -> int:
@@ -274,6 +277,12 @@ class PrefixKV:
             return t.detach().requires_grad_(t.requires_grad)
 
         return cls(list(tokens), keys, values, [leaf(k) for k in keys], [leaf(v) for v in values])
+
+    @classmethod
+    def attached(cls, tokens: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> PrefixKV:
+        """K/V still attached to the graph that made them: gradients flow straight through (no
+        :meth:`backward` to run)."""
+        return cls(list(tokens), [], [], [k for k, _ in kv], [v for _, v in kv])
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -342,7 +351,7 @@ def shared_prefix_logprobs(
     if len(parts) > 1:
         # several groups in one micro-batch, each sharing its own prompt after the common prefix: one call per
         # group on top of that prefix (computed once above), so each prompt is computed once, not per member
-        sub = PrefixKV(seqs[0][:shared], [], [], [k for k, _ in kv], [v for _, v in kv]) if kv else None
+        sub = PrefixKV.attached(seqs[0][:shared], kv) if kv else None
         first, k = _target_window(seqs, masks, firsts)
         logp = torch.zeros((len(seqs), k), dtype=torch.float32, device=device)
         tmask = torch.zeros((len(seqs), k), dtype=torch.float32, device=device)
@@ -353,9 +362,8 @@ def shared_prefix_logprobs(
             )
             p_first, p_k = _target_window(p_seqs, p_masks, [firsts[i] for i in part])
             rows = torch.tensor(part, device=device)
-            if (
-                p_tmask.any()
-            ):  # column c of the part predicts token p_first + 1 + c, here column p_first - first + c
+            # the part's column c holds token p_first + 1 + c: here that is column p_first - first + c
+            if p_tmask.any():
                 logp[rows, p_first - first : p_first - first + p_k] = p_logp
                 tmask[rows, p_first - first : p_first - first + p_k] = p_tmask
             elif p_logp.requires_grad:  # keep the graph (zero gradients) as the single-call path does
@@ -384,19 +392,18 @@ def shared_prefix_logprobs(
     same = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] >= 0)
     allowed = same & causal
     allowed |= torch.eye(width, dtype=torch.bool)  # padding attends to itself (no all-masked row, no NaN)
-    prefix_kv = kv
     cache = None
     with packed_gqa(model) as switched:
-        if prefix_kv is not None and switched:
+        if kv is not None and switched:
             # the prefix passed once to the attention (CascadeAttention), never copied per row; the mask
             # covers each row's own columns
-            shared_kv = SharedPrefix(prefix_kv)
+            shared_kv = SharedPrefix(kv)
             kwargs = dict(shared_prefix=shared_kv, use_cache=False)
         else:
             shared_kv = None
-            if prefix_kv is not None:  # every row reads the one prefix row through a cache
+            if kv is not None:  # every row reads the one prefix row through a cache
                 allowed = torch.cat([(seg >= 0)[:, :, None].expand(-1, -1, shared), allowed], dim=2)
-                cache = _PrefixCache(prefix_kv, rows=n_rows)
+                cache = _PrefixCache(kv, rows=n_rows)
             kwargs = dict(cache=cache, use_cache=cache is not None)
         mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
         with _cache_under_checkpointing(decoder):
