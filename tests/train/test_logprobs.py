@@ -53,6 +53,14 @@ def _loss_and_grads(model, logp, tmask):
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
+def _count_cascade_calls(monkeypatch) -> list[int]:
+    """A list that grows by one each time the training attention takes the cascade path over a shared prefix."""
+    calls: list[int] = []
+    cascade = attention.CascadeAttention.apply
+    monkeypatch.setattr(attention.CascadeAttention, "apply", lambda *a: calls.append(1) or cascade(*a))
+    return calls
+
+
 SAMPLINGS = [
     SamplingConfig(temperature=1.0),
     SamplingConfig(temperature=0.6),
@@ -63,9 +71,7 @@ SAMPLINGS = [
 @pytest.mark.parametrize("sampling", SAMPLINGS)
 @pytest.mark.parametrize("row_tokens", [None, 200])
 def test_shared_prefix_values_and_gradients_equal_unshared(sampling, row_tokens, monkeypatch):
-    calls = []
-    cascade = attention.CascadeAttention.apply
-    monkeypatch.setattr(attention.CascadeAttention, "apply", lambda *a: calls.append(1) or cascade(*a))
+    calls = _count_cascade_calls(monkeypatch)
     model, pad = _lora_model()
     model.train()
     seqs, masks = _group()
@@ -283,9 +289,7 @@ def test_gradient_checkpointing_keeps_the_shared_prefix_path(given_prefix, ours,
     from trace_train.grpo.logprobs import PrefixKV
     from trace_train.grpo.trainer import enable_gradient_checkpointing
 
-    calls = []
-    cascade = attention.CascadeAttention.apply
-    monkeypatch.setattr(attention.CascadeAttention, "apply", lambda *a: calls.append(1) or cascade(*a))
+    calls = _count_cascade_calls(monkeypatch)
     model, pad = _lora_model()
     model.train()
     seqs, masks = _tree_batch()
