@@ -8,8 +8,15 @@ from hypothesis import strategies as st
 
 from trace_gym.registration import trace_env_ids
 
+# Huge integers (past Python's int-to-str digit limit), NaN and infinities are values a dict action can carry.
+HOSTILE_NUMBERS = st.sampled_from([10**5000, -(10**5000), 2**64, float("nan"), float("inf"), -float("inf")])
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | HOSTILE_NUMBERS
+    | st.floats(allow_nan=True)
+    | st.text(max_size=20),
     lambda children: (
         st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
     ),
@@ -82,13 +89,24 @@ def _deep(depth: int) -> list:
     return value
 
 
+def _deep_dict(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
 ODD_VALUES = [
     {1, 2},
     b"bytes",
     _Opaque(),
     object(),
     _deep(100_000),
+    _deep_dict(100_000),
     float("nan"),
+    float("inf"),
+    -float("inf"),
+    10**5000,  # json.dumps raises ValueError on it (Python's int-to-str digit limit)
     {1: "int key"},
     ("a", "tuple"),
     "\udc80",
@@ -101,6 +119,8 @@ def _odd_actions(name: str) -> list:
         found.append({"content": "", "tool_calls": [{"function": {"name": name, "arguments": {"x": value}}}]})
         found.append({"content": value, "tool_calls": []})
         found.append(value)
+    # An integer literal past the digit limit inside JSON text (json.loads raises ValueError on it).
+    found.append(json.dumps({"name": name, "arguments": {"x": 1}}).replace(": 1}", ": " + "9" * 5000 + "}"))
     # A lone surrogate inside a written value: stored by the tool, hashed at the end of the episode.
     found.append(
         f'<tool_call>{{"name": "{name}", "arguments": {{"message": "\\udc80", "summary": "\\udc80"}}}}</tool_call>'

@@ -33,6 +33,7 @@ CALL_KEY = re.compile(r'"(?:tool_calls|function)"\s*:')
 # exhaust the stack or the time of step()).
 MAX_ARGUMENT_DEPTH = 32
 MAX_ARGUMENT_VALUES = 10_000
+MAX_ARGUMENT_INT_BITS = 256  # far beyond any id, amount or count; below Python's int-to-str digit limit
 
 
 class ActionParseError(ValueError):
@@ -141,6 +142,8 @@ def _load_json(text: str, where: str, expected: str = '{"name": "<tool name>", "
         raise ActionParseError(
             f"invalid JSON in {where}: {err.msg} at position {err.pos}; expected {expected}"
         ) from None
+    except ValueError as err:  # e.g. an integer literal beyond Python's digit limit
+        raise ActionParseError(f"unreadable JSON in {where}: {str(err)[:120]}") from None
     except RecursionError:  # hostile nesting must not escape step()
         raise ActionParseError(f"JSON in {where} is nested too deeply") from None
 
@@ -204,6 +207,9 @@ def json_value_problem(value: Any) -> str | None:
         if isinstance(item, int | float):
             if isinstance(item, float) and item != item or item in (float("inf"), float("-inf")):
                 return f"{where} is not a finite number"
+            # Python refuses int <-> str beyond ~4300 digits (json.dumps would raise): no tool needs such a number.
+            if isinstance(item, int) and item.bit_length() > MAX_ARGUMENT_INT_BITS:
+                return f"{where} is an integer with more than {MAX_ARGUMENT_INT_BITS} bits"
             continue
         if isinstance(item, dict):
             for key, sub in item.items():

@@ -561,9 +561,23 @@ def fuzz_action(env: ChatToolEnv, rng: np.random.Generator) -> Any:
 def _odd_value(env: ChatToolEnv, name: str, rng: np.random.Generator) -> Any:
     """A Python value no JSON parser produces, as an action or inside a call's arguments."""
     nested: list[Any] = []
+    deep: dict[str, Any] = {}
     for _ in range(20_000):
-        nested = [nested]
-    values: list[Any] = [{1, 2}, b"bytes", object(), nested, float("nan"), {3: "int key"}, ("a", "tuple")]
+        nested, deep = [nested], {"a": deep}
+    values: list[Any] = [
+        {1, 2},
+        b"bytes",
+        object(),
+        nested,
+        deep,
+        float("nan"),
+        float("inf"),
+        -float("inf"),
+        10**5000,  # beyond Python's int-to-str digit limit: json.dumps raises on it
+        -(2**70),
+        {3: "int key"},
+        ("a", "tuple"),
+    ]
     value = values[int(rng.integers(len(values)))]
     fn = next((t["function"] for t in env.tools if t["function"]["name"] == name), {}) if env.tools else {}
     key = next(iter(fn.get("parameters", {}).get("properties", {})), "x")
