@@ -9,6 +9,7 @@ import gymnasium as gym
 import pytest
 import torch
 
+from tests.train.positional_model import build_positional_model
 from trace_train.engine import engine_for
 from trace_train.grpo.logprobs import pad_batch, sequence_logprobs
 from trace_train.models import build_tiny_model
@@ -58,9 +59,18 @@ class RaggedEnv(gym.Env):
         return list(self.messages), float(done), done, False, {"tools": self.tools}
 
 
-def _policy(dtype=torch.float32) -> HFPolicy:
-    model, tok = build_tiny_model(seed=3)
-    return HFPolicy(model.to(dtype), tok, name="tiny")
+def _policy(dtype=torch.float64) -> HFPolicy:
+    """The position-sensitive tiny model (tests/train/positional_model.py), in float64 by default: its greedy
+    replies differ between conversations and end with <|im_end|>, and a token at a wrong position changes them
+    (the random tiny model emits one token over and over and barely notices positions)."""
+    model, tok = build_positional_model(dtype)
+    return HFPolicy(model, tok, name="tiny-positional")
+
+
+def _turns(traj) -> list[list[int]]:
+    """The policy tokens of each turn."""
+    runs = itertools.groupby(zip(traj.token_ids, traj.policy_mask, strict=True), key=lambda x: x[1])
+    return [[t for t, _ in run] for m, run in runs if m]
 
 
 def _run(policy, engine, seeds, sampling, max_turns=5, **kw):
@@ -81,11 +91,16 @@ def test_greedy_cached_equals_simple_across_ragged_turns(max_padding):
     simple = _run(policy, "simple", seeds, GREEDY)
     cached = _run(policy, "cached", seeds, GREEDY)
     assert [t.turns for t in cached] == [s % 4 + 1 for s in seeds]  # seed 0 ended early, others went on
+    # a model that can fail this test: its greedy replies differ and every turn ends with the end-of-turn token
+    eos = policy.tokenizer.eos_token_id
+    assert all(turn[-1] == eos and len(turn) < GREEDY.max_new_tokens for t in simple for turn in _turns(t))
+    assert len({a for t in simple for a in t.actions}) >= 4
     for a, b in zip(simple, cached, strict=True):
         assert a.token_ids == b.token_ids and a.policy_mask == b.policy_mask
         assert a.actions == b.actions and a.reward == b.reward
         assert len(b.sampler_logprobs) == len(b.token_ids)
-        assert torch.allclose(torch.tensor(a.sampler_logprobs), torch.tensor(b.sampler_logprobs), atol=1e-5)
+        # float64 model: a position off by any amount moves the log-probs far beyond this
+        assert torch.allclose(torch.tensor(a.sampler_logprobs), torch.tensor(b.sampler_logprobs), atol=2e-6)
     errors = [m for t in cached for m in t.messages if str(m.get("content", "")).startswith("Error:")]
     assert errors  # some conversations went on after an error reply
     stats = policy._cached_engine.stats

@@ -225,3 +225,28 @@ def test_micro_batches_respect_sequence_and_token_caps():
     args = SimpleNamespace(micro_batch_size=3, micro_batch_tokens=100)
     assert _micro_batches([0, 1, 2, 3, 4], [10, 10, 10, 10, 10], args) == [[0, 1, 2], [3, 4]]
     assert _micro_batches([0, 1, 2, 3], [60, 50, 40, 250], args) == [[0], [1, 2], [3]]  # 250 alone: >= 1 each
+
+
+# ----- issue 31: tokens on both sides of the clip, so that min(unclipped, clipped) matters ----------------------
+def test_clipped_objective_takes_the_pessimistic_side_on_both_sides_of_the_clip():
+    """One sequence per case (dapo: every token weighs 1/5). Ratios 0.5 and e^0.5 ~ 1.65, eps 0.2:
+    - A > 0, ratio < 0.8:  min picks the unclipped 0.5 * A, which has a gradient (ratio * A);
+    - A < 0, ratio > 1.2:  min picks the unclipped 1.65 * A, with a gradient;
+    - A > 0, ratio > 1.2 and A < 0, ratio < 0.8: min picks the clipped term, no gradient;
+    - inside the band: both terms agree, gradient ratio * A.
+    Replacing the min by the clipped term alone changes the first two values and zeroes their gradients."""
+    ratios = torch.tensor([0.5, math.exp(0.5), math.exp(0.5), 0.5, 1.1])
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0])
+    old = torch.full((5, 1), -1.0)
+    logp = (old + torch.log(ratios)[:, None]).requires_grad_(True)
+    mask = torch.ones(5, 1)
+    cfg = LossConfig("dapo", clip_eps_high=0.2)
+    loss, m = policy_loss(logp, old, adv, token_weights(mask, "dapo"), normaliser(mask, "dapo", 1), cfg)
+    per_token = [-0.5 * 1.0, -math.exp(0.5) * -1.0, -1.2 * 1.0, -0.8 * -1.0, -1.1 * 1.0]
+    assert loss.item() == pytest.approx(sum(per_token) / 5, abs=1e-6)
+    loss.backward()
+    # d/dlogp of -ratio * A / 5 is -ratio * A / 5 where the unclipped term is taken, else 0
+    expected = [-0.5 / 5, math.exp(0.5) / 5, 0.0, 0.0, -1.1 / 5]
+    assert logp.grad.flatten().tolist() == pytest.approx(expected, abs=1e-6)
+    assert logp.grad[:2].abs().min() > 0  # the two tokens where the min matters do move
+    assert m["clip_fraction"].item() == pytest.approx(2 / 5)  # the two clipped (zero-gradient) tokens

@@ -90,7 +90,8 @@ def test_trainer_reports_and_corrects_a_sampler_mismatch(tiny_model_dir, tmp_pat
 
 def test_metrics_average_over_the_minibatches_actually_run(tiny_model_dir, tmp_path, monkeypatch):
     """4 sequences in 3 planned minibatches are 2 minibatches of 2: the loss and grad norm are means over
-    those 2, not sums divided by the planned 3."""
+    those 2, not sums divided by the planned 3. The rewards differ (parity env), so the losses are not 0 and
+    the two divisors give different numbers."""
     losses: list[float] = []
     real_loss = trainer_module.policy_loss
 
@@ -100,23 +101,49 @@ def test_metrics_average_over_the_minibatches_actually_run(tiny_model_dir, tmp_p
         return loss, m
 
     monkeypatch.setattr(trainer_module, "policy_loss", spy)
-    args = _args(tmp_path, tiny_model_dir, num_minibatches=3, micro_batch_size=2)
+    args = _args(
+        tmp_path,
+        tiny_model_dir,
+        env_id="traintest/parity-v0",
+        groups_per_step=1,
+        group_size=4,
+        temperature=1.0,
+        num_minibatches=3,
+        micro_batch_size=2,
+    )
     GRPOTrainer(args).train()
     m = _metrics(tmp_path / "grpo")[0]
+    assert 0 < m["reward_mean"] < 1  # rewards differ inside the group: non-zero advantages
     assert m["optimizer_updates"] == 2 and len(losses) == 2
+    assert all(abs(x) > 1e-4 for x in losses), losses
     assert m["loss"] == pytest.approx(sum(losses) / 2, abs=1e-6)
+    assert m["loss"] != pytest.approx(sum(losses) / 3, abs=1e-6)
+    assert m["grad_norm"] > 0
 
 
 def test_same_seed_same_run(tiny_model_dir, tmp_path):
-    """Defect 8: two runs with one seed give the same rollouts, metrics and adapter weights."""
+    """Defect 8: two runs with one seed give the same rollouts, metrics and adapter weights, and the weights
+    did move (rewards differ inside groups on the parity env; LoRA B starts at 0)."""
     runs = []
     for name in ("a", "b"):
-        args = _args(tmp_path, tiny_model_dir, out=str(tmp_path / name), steps=2, temperature=1.0)
+        args = _args(
+            tmp_path,
+            tiny_model_dir,
+            env_id="traintest/parity-v0",
+            out=str(tmp_path / name),
+            steps=2,
+            group_size=4,
+            temperature=1.0,
+            lr=1e-3,
+        )
         trainer = GRPOTrainer(args)
         trainer.train()
         state = {k: v.clone() for k, v in trainer.policy.model.state_dict().items() if "lora" in k}
         runs.append((_metrics(tmp_path / name), state))
     (m_a, w_a), (m_b, w_b) = runs
+    assert all(step["grad_norm"] > 0 for step in m_a)
+    moved = [k for k, v in w_a.items() if "lora_B" in k and v.abs().max() > 1e-5]
+    assert moved, "the adapter never moved: the comparison below would hold for any run"
     keys = ("reward_mean", "loss", "grad_norm", "clip_fraction", "mismatch_abs_mean")
     assert [[step[k] for k in keys] for step in m_a] == [[step[k] for k in keys] for step in m_b]
     assert w_a.keys() == w_b.keys() and all(torch.equal(w_a[k], w_b[k]) for k in w_a)
@@ -129,7 +156,15 @@ def test_micro_batches_sharing_one_prefix_give_the_gradients_of_one_batch(tiny_m
     prefix once) equal those of one micro-batch."""
     from trace_train.rollout import RolloutStats
 
-    args = _args(tmp_path, tiny_model_dir, temperature=1.0, micro_batch_size=4, beta=beta, ppo_epochs=2)
+    args = _args(
+        tmp_path,
+        tiny_model_dir,
+        env_id="traintest/parity-v0",  # rewards differ inside groups: a policy gradient even at beta = 0
+        temperature=1.0,
+        micro_batch_size=4,
+        beta=beta,
+        ppo_epochs=2,
+    )
     trainer = GRPOTrainer(args)
     with torch.no_grad():  # non-zero B so that every LoRA weight gets a gradient
         for n, p in trainer.policy.model.named_parameters():
@@ -171,9 +206,13 @@ def test_micro_batches_sharing_one_prefix_give_the_gradients_of_one_batch(tiny_m
     assert used[-2:] == [True, True]  # the two training passes (the no-grad ones go by micro_batch_size)
     a, b, c = whole[0], split[0], by_tokens[0]
     assert len(whole) == len(split) == len(by_tokens) == 2 and a and a.keys() == b.keys() == c.keys()
+    assert any(len({t.reward for t in trajs if t.spec.group == g}) > 1 for g in (0, 1))
+    assert all(float(g.abs().max()) > 1e-6 for g in a.values())  # non-zero, else the comparison is empty
     for name in a:
         torch.testing.assert_close(b[name], a[name], atol=1e-6, rtol=1e-4)
-        torch.testing.assert_close(c[name], b[name], atol=0, rtol=0)  # the same micro-batches either way
+        # the same training micro-batches either way; the no-grad old/reference passes are batched by
+        # micro_batch_size (4 vs 1), which moves their log-probs by float noise
+        torch.testing.assert_close(c[name], b[name], atol=1e-9, rtol=1e-4)
 
 
 def test_a_batch_of_equal_rewards_skips_the_passes_and_changes_what_it_would(

@@ -48,6 +48,24 @@ class EchoEnv(gym.Env):
         return "done", reward, True, False, {}
 
 
+class ParityEnv(gym.Env):
+    """Single turn: reward 1 when the reply's UTF-8 bytes sum to an even number. A tiny random model at
+    temperature 1 earns it about half the time, so the rewards of a group differ (non-zero advantages)."""
+
+    def __init__(self):
+        self.observation_space = TextSpace()
+        self.action_space = TextSpace()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return f"Task {int(self.np_random.integers(1000))}: reply with an even byte sum.", {}
+
+    def step(self, action):
+        text = action if isinstance(action, str) else str(action.get("content") or "")
+        reward = 1.0 if sum(text.encode("utf-8", "replace")) % 2 == 0 else 0.0
+        return "done", reward, True, False, {}
+
+
 class LookupEnv(gym.Env):
     """Multi-turn tool env: call lookup(key), then answer with the value. Hints and oracle supported."""
 
@@ -152,6 +170,7 @@ class ThreeTurnChatEnv(gym.Env):
 def register() -> None:
     envs = (
         ("traintest/echo-v0", EchoEnv),
+        ("traintest/parity-v0", ParityEnv),
         ("traintest/lookup-v0", LookupEnv),
         ("traintest/chat3-v0", ThreeTurnChatEnv),
     )
