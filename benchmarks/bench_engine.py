@@ -175,7 +175,8 @@ def side_eval(engine: str, dtype: str, episodes: int, turns: int, tokens: int, m
 
 def side_equiv(dtype: str, episodes: int, turns: int, tokens: int, model: str) -> dict[str, Any]:
     """Both engines on the same seeds (float32): which episodes have identical token ids."""
-    from trace_train.envs import make_env, reset_seed
+    from trace_gym.registration import make_env
+    from trace_gym.seeds import reset_seed
     from trace_train.policies.base import SamplingConfig
     from trace_train.policies.hf import HFPolicy
     from trace_train.rollout import ResetSpec, collect
@@ -297,7 +298,8 @@ def side_sft_flops(episodes: int, batch: int, model: str) -> dict[str, Any]:
     import random
 
     from trace_train.config import SFTArgs
-    from trace_train.envs import make_env, train_reset_seed
+    from trace_gym.registration import make_env
+    from trace_gym.seeds import train_reset_seed
     from trace_train.grpo.logprobs import shared_prefix_length
     from trace_train.policies.hf import HFPolicy
     from trace_train.sft import oracle_trajectories
@@ -409,7 +411,8 @@ def side_matmul_peak() -> dict[str, Any]:
 
 def side_tool_tokens(model: str) -> dict[str, Any]:
     """Prompt tokens of a retail episode's first turn with the JSON and the compact tool rendering."""
-    from trace_train.envs import make_env, reset_seed, tools_of
+    from trace_gym.registration import make_env, tools_of
+    from trace_gym.seeds import reset_seed
     from trace_train.models import load_model
     from trace_train.policies.base import as_conversation
     from trace_train.policies.hf import HFPolicy
@@ -504,7 +507,8 @@ def side_batching(
     ``trace evaluate`` did) or continuously batched (``stream``: a finished episode's slot starts the next).
     ``min_idle``: the engine's ``min_idle_fraction`` (above 1: finished rows stay in the decode steps)."""
     from trace_train.engine import engine_for
-    from trace_train.envs import make_env, reset_seed
+    from trace_gym.registration import make_env
+    from trace_gym.seeds import reset_seed
     from trace_train.policies.base import SamplingConfig
     from trace_train.policies.hf import HFPolicy
     from trace_train.rollout import ResetSpec, collect, stream_collect

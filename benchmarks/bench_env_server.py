@@ -1,7 +1,7 @@
 """Throughput of `trace env-serve`: whole episodes (sessions) per second over HTTP, against the same episodes
 played in-process in the same run.
 
-A real server process (``python -m trace_gym.cli env-serve``) on localhost; ``C`` client threads, each with its
+A real server process (``python -m trace_train.cli env-serve``) on localhost; ``C`` client threads, each with its
 own :class:`~trace_gym.interop.client.RemoteEnv`, play the oracle of one seed per episode (open session, reset,
 every oracle step, close). The reference solutions are computed before the clock starts. The baseline is the
 same episodes on a local ``gym.make`` env in one thread.
@@ -91,7 +91,7 @@ def main() -> None:
         [
             sys.executable,
             "-m",
-            "trace_gym.cli",
+            "trace_train.cli",
             "env-serve",
             args.env,
             "--port",

@@ -20,7 +20,7 @@ import json
 
 import torch
 
-from trace_train.envs import make_env
+from trace_gym.registration import make_env
 from trace_train.grpo.logprobs import pad_batch, sequence_logprobs
 from trace_train.grpo.losses import truncated_is_weights
 from trace_train.grpo.trainer import _scatter, mismatch_stats

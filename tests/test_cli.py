@@ -12,7 +12,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 def trace(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "trace_gym.cli", *args],
+        [sys.executable, "-m", "trace_train.cli", *args],
         cwd=REPO,
         input=stdin,
         capture_output=True,
@@ -73,7 +73,7 @@ def test_play_shorthand_call_and_invalid_action_feedback():
 def test_building_the_cli_imports_no_model_stack():
     """Every command module registers its flags without torch/transformers, so `trace --help` is instant."""
     code = (
-        "import sys; from trace_gym.cli import build_parser; build_parser(); "
+        "import sys; from trace_train.cli import build_parser; build_parser(); "
         "print(sorted(m for m in ('torch', 'transformers', 'peft') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -87,3 +87,19 @@ def env_card(env_id: str) -> EnvCard:
         return EnvCard(env_id, capability, description)
     description = (getattr(creator, "description", "") or (creator.__doc__ or "")).strip().splitlines()
     return EnvCard(env_id, getattr(creator, "capability", ""), description[0] if description else "")
+
+
+def make_env(env_id: str, **kwargs: Any) -> gym.Env:
+    """``gym.make`` for ``ns/name-vN`` and ``module:ns/name-vN``, trace's own envs registered first, without
+    Gymnasium's env checker (its passive checks reject text actions; ``trace check`` runs the real one)."""
+    import trace_gym  # noqa: F401 - registers the built-in envs and plugins
+
+    return gym.make(env_id, disable_env_checker=True, **kwargs)
+
+
+def tools_of(env: gym.Env, info: dict[str, Any]) -> list[dict[str, Any]]:
+    """The OpenAI function schemas of an env: ``info["tools"]``, else ``env.unwrapped.tools``, else none."""
+    tools = info.get("tools")
+    if tools is None:
+        tools = getattr(env.unwrapped, "tools", None)
+    return list(tools or [])

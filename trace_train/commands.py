@@ -1,60 +1,21 @@
-"""CLI subcommands ``trace train``, ``trace sft`` and ``trace evaluate`` (registered by ``trace_gym.cli``).
+"""CLI subcommands that run a model: ``trace train``, ``sft``, ``evaluate``, ``rollout`` (registered by
+``trace_train.cli``).
 
-``train`` and ``sft`` flags are generated from the argument dataclasses (``GRPOArgs``, ``SFTArgs``) so that
-the CLI and the Python API can never drift apart: ``--group-size 8`` is ``GRPOArgs.group_size = 8``.
+Flags are generated from the argument dataclasses (``GRPOArgs``, ``SFTArgs``, ``RolloutArgs``, ``EngineArgs``)
+so that the CLI and the Python API can never drift apart: ``--group-size 8`` is ``GRPOArgs.group_size = 8``.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
-import typing
-from typing import Any
 
-from trace_train.config import DTYPES
+from rich.console import Console
 
-CHOICES = {
-    "loss_type": ["grpo", "dr_grpo", "dapo"],
-    "dtype": list(DTYPES),
-    "engine": ["cached", "simple"],  # rollout engine (issue 9)
-    "tool_format": ["json", "compact"],
-}
+from trace_train.config import CHOICES, EngineArgs, add_dataclass_flags, from_namespace
 
-
-def _add_dataclass_flags(parser: argparse.ArgumentParser, cls: type, skip: set[str]) -> None:
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        tp = hints[f.name]
-        args = typing.get_args(tp)
-        base = next((a for a in args if a is not type(None)), tp) if args else tp
-        if base is bool:
-            if default:
-                parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false")
-            else:
-                parser.add_argument(flag, dest=f.name, action="store_true")
-        elif typing.get_origin(base) is list or base is list:
-            parser.add_argument(flag, dest=f.name, nargs="+", default=default, help=f"default: {default}")
-        else:
-            conv = base if base in (int, float, str) else str
-            parser.add_argument(
-                flag,
-                dest=f.name,
-                type=conv,
-                default=default,
-                choices=CHOICES.get(f.name),
-                help=f"default: {default}",
-            )
-
-
-def _build(cls: type, ns: argparse.Namespace) -> Any:
-    values = {f.name: getattr(ns, f.name) for f in dataclasses.fields(cls) if hasattr(ns, f.name)}
-    return cls(**values)
+console = Console()
 
 
 def cmd_train(ns: argparse.Namespace) -> int:
@@ -64,7 +25,7 @@ def cmd_train(ns: argparse.Namespace) -> int:
     from trace_train.policies.remote_generation import RemoteGenerationError
 
     try:
-        args = _build(GRPOArgs, ns)  # bad flag values are ValueErrors naming the flag
+        args = from_namespace(GRPOArgs, ns)  # bad flag values are ValueErrors naming the flag
         result = train(args)
     except (CheckpointError, FileNotFoundError, RemoteGenerationError, OpenAIError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -78,7 +39,7 @@ def cmd_sft(ns: argparse.Namespace) -> int:
     from trace_train.sft import SFTArgs, run_sft
 
     try:
-        summary = run_sft(_build(SFTArgs, ns))
+        summary = run_sft(from_namespace(SFTArgs, ns))
     except (FileNotFoundError, RuntimeError, ValueError) as e:  # ValueError: bad flags, test seeds
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -125,29 +86,51 @@ def cmd_evaluate(ns: argparse.Namespace) -> int:
 
 
 def _make_policy(ns: argparse.Namespace):
-    if ns.base_url:  # generation on an OpenAI-compatible server; --adapter names a hot-loaded LoRA there
-        from trace_train.policies.openai_http import OpenAIHTTPPolicy
+    from trace_train.policies.factory import make_policy
 
-        return OpenAIHTTPPolicy(model=ns.model, base_url=ns.base_url, lora_name=ns.adapter)
-    from trace_train.policies.hf import HFPolicy
+    return make_policy(
+        ns.model,
+        adapter=ns.adapter,
+        base_url=ns.base_url,
+        dtype=ns.dtype,
+        engine=getattr(ns, "engine", None),
+        tool_format=getattr(ns, "tool_format", None),
+    )
 
-    policy = HFPolicy.from_pretrained(ns.model, adapter=ns.adapter, dtype=ns.dtype)
-    return policy.configure(engine=getattr(ns, "engine", None), tool_format=getattr(ns, "tool_format", None))
+
+def cmd_rollout(ns: argparse.Namespace) -> int:
+    from trace_train.base_rollouts import RolloutArgs, rollout
+
+    try:
+        args = from_namespace(RolloutArgs, ns)
+        with console.status(f"rolling out {args.model} on {args.env_id}") as status:
+            summary = rollout(args, lambda done, total: status.update(f"{done}/{total} episodes written"))
+    except (ValueError, FileNotFoundError) as err:  # RolloutError, refused splits and bad arguments
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    rate = summary.passed / summary.written if summary.written else 0.0
+    console.print(
+        f"{summary.written} episodes written to {summary.path} ({summary.skipped} already there), "
+        f"{summary.passed} passed ({rate:.1%}), {summary.seconds:.1f} s",
+        markup=False,
+    )
+    return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from trace_train.base_rollouts import RolloutArgs
     from trace_train.config import GRPOArgs, SFTArgs
 
     train = subparsers.add_parser(
         "train", help="seed-grouped GRPO: train a LoRA adapter on any chat/text Gymnasium env"
     )
     train.add_argument("env_id", help="Gymnasium id, e.g. trace/retail-v1 or module:ns/name-v0")
-    _add_dataclass_flags(train, GRPOArgs, skip={"env_id"})
+    add_dataclass_flags(train, GRPOArgs, skip={"env_id"})
     train.set_defaults(func=cmd_train)
 
     sft = subparsers.add_parser("sft", help="supervised warm start on oracle trajectories of the train split")
     sft.add_argument("env_id")
-    _add_dataclass_flags(sft, SFTArgs, skip={"env_id"})
+    add_dataclass_flags(sft, SFTArgs, skip={"env_id"})
     sft.set_defaults(func=cmd_sft)
 
     ev = subparsers.add_parser(
@@ -182,13 +165,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="cut a conversation past this many tokens (default: 32768; the env's turn limit normally ends it)",
     )
     ev.add_argument("--dtype", default="float32", choices=CHOICES["dtype"])
-    ev.add_argument(
-        "--engine",
-        default="cached",
-        choices=CHOICES["engine"],
-        help="cached: KV cache per conversation + shared prefix; simple: one generate call per turn",
-    )
-    ev.add_argument("--tool-format", default="json", choices=CHOICES["tool_format"])
+    add_dataclass_flags(ev, EngineArgs)
     ev.add_argument("--out", default=None, help="trajectories JSONL (default runs/eval/<env>-<split>.jsonl)")
     ev.add_argument(
         "--resume",
@@ -198,6 +175,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     ev.add_argument("--json", action="store_true", help="also print the summary as JSON")
     ev.set_defaults(func=cmd_evaluate)
+
+    ro = subparsers.add_parser(
+        "rollout", help="step 1: base-agent trajectories on a target's train split (JSONL)"
+    )
+    ro.add_argument("env_id", help="Gymnasium id, e.g. trace/retail-v1")
+    ro.add_argument(
+        "--model",
+        required=True,
+        help="local model path or alias (smollm2-135m), a served model name with --base-url, "
+        "or a scripted agent: oracle, oracle-without:CAPABILITY",
+    )
+    ro.add_argument("--out", required=True, help="output dir (trajectories.jsonl, rollout.json)")
+    add_dataclass_flags(ro, RolloutArgs, skip={"env_id", "model", "out"})
+    ro.set_defaults(func=cmd_rollout)
     # `trace demo` is the pipeline's (trace_train.pipeline.commands); the learning demo is its configs/arith.toml
 
 

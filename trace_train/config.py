@@ -1,13 +1,19 @@
-"""Argument dataclasses of the training commands, kept free of heavy imports.
+"""Argument dataclasses of the model-running commands, kept free of heavy imports.
 
-The ``trace`` CLI builds its flags from these classes (``--group-size 8`` is ``GRPOArgs.group_size = 8``), so
-they live apart from the modules that import torch and peft: listing envs or printing ``--help`` stays fast.
+The ``trace`` CLI builds its flags from these classes (``--group-size 8`` is ``GRPOArgs.group_size = 8``,
+:func:`add_dataclass_flags`), so they live apart from the modules that import torch and peft: listing envs or
+printing ``--help`` stays fast. Each choice list (dtypes, engines, tool formats, loss types) is written once,
+here, and checked by the dataclass that owns the setting.
 """
 
 from __future__ import annotations
 
+import argparse
+import copy
+import dataclasses
+import typing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from peft import LoraConfig
@@ -17,6 +23,106 @@ if TYPE_CHECKING:
 
 # weights dtypes every --dtype flag accepts ("auto": bf16 only where it is fast, trace_train.models.auto_dtype)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# rollout engines: "cached" (KV cache per conversation across turns, shared prefix prefilled once, packed
+# prefix-shared training log-probs) or "simple" (one generate call per turn, padded log-probs); docs/training.md
+ENGINES = ("cached", "simple")
+# how tools are written into the system prompt of chat templates without native tool support
+TOOL_FORMATS = ("json", "compact")
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo")
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+CHOICES: dict[str, tuple[str, ...]] = {
+    "dtype": DTYPES,
+    "engine": ENGINES,
+    "tool_format": TOOL_FORMATS,
+    "loss_type": LOSS_TYPES,
+}
+
+
+def check_choices(args: object) -> None:
+    """Refuse a value outside its choice list for every field of ``args`` named in :data:`CHOICES`."""
+    for name, choices in CHOICES.items():
+        value = getattr(args, name, None)
+        if value is not None and value not in choices:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
+
+
+def knob(default: Any, help: str, **schema: Any) -> Any:
+    """A dataclass field with its help text (shown by the generated CLI flag and the config schema) and extra
+    JSON Schema keywords of the pipeline config (minimum, enum, ...)."""
+    meta = {"help": help, "schema": schema}
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda d=default: copy.deepcopy(d), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def settings_of(source: object, cls: type) -> dict[str, Any]:
+    """The values of ``cls``'s fields on ``source``: how a pipeline section hands its settings to the trainer's
+    argument class that embeds them (``GRPOArgs(**settings_of(cfg.adapters, GRPOSettings), env_id=...)``)."""
+    return {f.name: getattr(source, f.name) for f in dataclasses.fields(cls)}
+
+
+@dataclass(kw_only=True)
+class EngineArgs:
+    """How a local model generates: the settings every model-running command shares (one place for both)."""
+
+    engine: str = knob(
+        "cached",
+        "local models' rollout engine: cached (KV cache per conversation, shared prefix once) or simple",
+        enum=list(ENGINES),
+    )
+    tool_format: str = knob(
+        "json",
+        "how tools are written into the system prompt of chat templates without tool support: json or compact",
+        enum=list(TOOL_FORMATS),
+    )
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+
+
+def add_dataclass_flags(parser: argparse.ArgumentParser, cls: type, skip: set[str] = frozenset()) -> None:
+    """One ``--flag`` per field of ``cls`` (``lora_rank`` -> ``--lora-rank``), with its default, its choices
+    (:data:`CHOICES`) and its help text (the field's ``metadata["help"]``)."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        text = f.metadata.get("help", "")
+        tp = hints[f.name]
+        args = typing.get_args(tp)
+        base = next((a for a in args if a is not type(None)), tp) if args else tp
+        if base is bool:
+            if default:
+                parser.add_argument(
+                    "--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false", help=text or None
+                )
+            else:
+                parser.add_argument(flag, dest=f.name, action="store_true", help=text or None)
+            continue
+        help_text = f"{text} (default: {default})" if text else f"default: {default}"
+        if typing.get_origin(base) is list or base is list:
+            item = (typing.get_args(base) or (str,))[0]
+            parser.add_argument(flag, dest=f.name, nargs="+", type=item, default=default, help=help_text)
+        else:
+            conv = base if base in (int, float, str) else str
+            choices = CHOICES.get(f.name)
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                type=conv,
+                default=default,
+                choices=list(choices) if choices else None,
+                help=help_text,
+            )
+
+
+def from_namespace(cls: type, ns: argparse.Namespace) -> Any:
+    """The dataclass ``cls`` built from the parsed flags of :func:`add_dataclass_flags` (and positionals)."""
+    values = {f.name: getattr(ns, f.name) for f in dataclasses.fields(cls) if hasattr(ns, f.name)}
+    return cls(**values)
 
 
 @dataclass
@@ -24,9 +130,7 @@ class LoraSettings:
     rank: int = 16
     alpha: int = 32
     dropout: float = 0.0
-    target_modules: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    )
+    target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGETS))
 
     def to_peft(self) -> LoraConfig:
         from peft import LoraConfig
@@ -54,73 +158,59 @@ class LoraArgs:
         )
 
 
-@dataclass
-class GRPOArgs(LoraArgs):
-    env_id: str
-    model: str = "smollm2-135m"
-    out: str = "runs/grpo"
-    init_adapter: str | None = None  # start from an existing adapter (e.g. `trace sft` output)
-    steps: int = 20
-    groups_per_step: int = 4  # per process
-    group_size: int = 8
-    hint_fraction: float = 0.0
-    difficulty: int | None = None
-    seed: int = 0
-    # decoding
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 128
-    max_turns: int = 6
-    max_total_tokens: int = 8192  # tool envs: retail prompts alone are ~3k SmolLM2 tokens
-    # rollout engine and training log-probs: "cached" (KV cache per conversation across turns, shared prefix,
-    # packed prefix-shared log-probs) or "simple" (one generate call per turn, padded log-probs); see docs/training.md
-    engine: str = "cached"
-    tool_format: str = "json"  # tools in the system prompt of templates without tool support: json | compact
-    # loss
-    loss_type: str = "grpo"
-    beta: float = 0.0
-    clip_eps_low: float = 0.2
-    clip_eps_high: float | None = None
-    # truncated importance weights min(exp(old - sampler), is_cap) correct the sampler/trainer mismatch
-    # (bf16 merged-LoRA decoding, vLLM); <= 0 turns the correction off
-    is_cap: float = 2.0
-    # optimisation
-    lr: float = 1e-4
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    ppo_epochs: int = 1
-    num_minibatches: int = 1
-    micro_batch_size: int = 8
-    # and at most this many tokens per forward/backward past the minibatch's shared prefix (at least one sequence):
-    # training memory grows with it, ~2 GB per 1,000 tokens of SmolLM2-135M in bf16 (4 x 2k-token sequences at
-    # once took the demo's process from 3 to 19 GB)
-    micro_batch_tokens: int = 4096
-    dynamic_sampling: bool = False
-    max_refill_rounds: int = 2
-    # LoRA
-    lora_rank: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
-    lora_target_modules: list[str] = field(default_factory=lambda: list(LoraSettings().target_modules))
-    dtype: str = "float32"
-    gradient_checkpointing: bool = (
-        False  # recompute activations in backward: long tool conversations fit in RAM
+@dataclass(kw_only=True)
+class GRPOSettings:
+    """GRPO's hyperparameters: what ``trace train`` and the pipeline's ``[adapters]`` section share (the section
+    embeds this class with its own defaults, so every knob of the trainer is reachable from ``trace run``)."""
+
+    steps: int = knob(20, "optimiser steps", minimum=0)
+    groups_per_step: int = knob(4, "seed groups per step (per process)", minimum=1)
+    group_size: int = knob(8, "rollouts per seed: advantages are relative to the group", minimum=2)
+    hint_fraction: float = knob(
+        0.0, "share of each group rolled out with the env's hint", minimum=0, maximum=1
     )
-    # generation on a vLLM OpenAI-compatible server (None: generate locally)
-    vllm_url: str | None = None  # e.g. http://127.0.0.1:8000/v1
-    vllm_model: str | None = None  # the base model the server serves (checked at start; default: --model)
-    vllm_adapter_dir: str | None = (
-        None  # where adapters are saved for the server to read (default OUT/vllm_adapters)
+    temperature: float = knob(1.0, "sampling temperature of the rollouts", minimum=0)
+    top_p: float = knob(1.0, "nucleus sampling", exclusiveMinimum=0, maximum=1)
+    max_new_tokens: int = knob(128, "tokens per assistant turn", minimum=1)
+    max_turns: int = knob(6, "turn cap per episode", minimum=1)
+    max_total_tokens: int = knob(
+        8192,
+        "cut a conversation past this many tokens (retail's prompt alone is ~3k SmolLM2 tokens)",
+        minimum=1,
     )
-    vllm_lora_name: str = "trace"  # adapters are hot-loaded as <name>-step-<n>
-    # reproducibility: a fixed CPU thread count and deterministic kernels where they exist (0: torch default)
-    num_threads: int = 0
-    deterministic: bool = True
-    # bookkeeping
-    save_every: int = 10
-    resume: str | None = None
-    tensorboard: bool = True
-    progress: bool = True
+    loss_type: str = knob(
+        "grpo", "loss variant: grpo, dr_grpo, dapo (clip-higher, token-level)", enum=list(LOSS_TYPES)
+    )
+    beta: float = knob(
+        0.0, "KL weight toward the base (the adapter disabled); 0: no reference pass", minimum=0
+    )
+    clip_eps_low: float = knob(0.2, "lower clip of the importance ratio", minimum=0)
+    clip_eps_high: float | None = knob(None, "upper clip (None: clip_eps_low; dapo's clip-higher)", minimum=0)
+    is_cap: float = knob(
+        2.0,
+        "truncated importance weights min(exp(old - sampler), is_cap) correct the sampler/trainer mismatch (bf16 "
+        "merged-LoRA decoding, vLLM); <= 0 turns the correction off",
+    )
+    lr: float = knob(1e-4, "learning rate", exclusiveMinimum=0)
+    weight_decay: float = knob(0.0, "AdamW weight decay", minimum=0)
+    max_grad_norm: float = knob(1.0, "gradient clipping norm", exclusiveMinimum=0)
+    ppo_epochs: int = knob(1, "passes over each step's rollouts", minimum=1)
+    num_minibatches: int = knob(1, "optimiser steps per pass", minimum=1)
+    micro_batch_size: int = knob(8, "sequences per forward/backward", minimum=1)
+    micro_batch_tokens: int = knob(
+        4096,
+        "and at most this many tokens per forward/backward past the shared prefix (at least one sequence): "
+        "~2 GB per 1,000 tokens of SmolLM2-135M in bf16",
+        minimum=1,
+    )
+    dynamic_sampling: bool = knob(False, "refill groups whose rewards are all equal (they carry no signal)")
+    max_refill_rounds: int = knob(2, "refill rounds per step", minimum=0)
+    gradient_checkpointing: bool = knob(
+        False, "recompute activations in backward: long tool conversations fit in memory (slower)"
+    )
+    save_every: int = knob(
+        10, "checkpoint every N steps (an interrupted run resumes from the last)", minimum=1
+    )
 
     def loss_config(self) -> LossConfig:
         from trace_train.grpo.losses import LossConfig
@@ -128,12 +218,13 @@ class GRPOArgs(LoraArgs):
         return LossConfig(self.loss_type, self.clip_eps_low, self.clip_eps_high, self.beta, self.is_cap)
 
     def __post_init__(self) -> None:
+        check_choices(self)
         _check_positive(self, "steps", minimum=0)
         _check_positive(
             self, "groups_per_step", "micro_batch_size", "micro_batch_tokens", "ppo_epochs", "num_minibatches"
         )
-        _check_positive(self, "max_new_tokens", "max_turns", "max_total_tokens", "lora_rank")
-        _check_positive(self, "save_every", "max_refill_rounds", "num_threads", minimum=0)
+        _check_positive(self, "max_new_tokens", "max_turns", "max_total_tokens", "save_every")
+        _check_positive(self, "max_refill_rounds", minimum=0)
         if self.group_size < 2:
             raise ValueError(
                 f"--group-size must be >= 2 (advantages are relative to the group), got {self.group_size}"
@@ -151,6 +242,44 @@ class GRPOArgs(LoraArgs):
         self.loss_config()  # loss type, clip range, beta, is_cap
 
 
+@dataclass
+class GRPOArgs(GRPOSettings, EngineArgs, LoraArgs):
+    """``trace train``: GRPO's hyperparameters plus what one run needs (env, model, output, LoRA, dtype, vLLM)."""
+
+    env_id: str
+    model: str = knob("smollm2-135m", "model alias or local Hugging Face directory")
+    out: str = knob("runs/grpo", "output directory (adapter, checkpoints, metrics)")
+    init_adapter: str | None = knob(None, "start from an existing adapter (e.g. `trace sft` output)")
+    difficulty: int | None = knob(None, "the env's difficulty level (None: the id's default)")
+    seed: int = knob(0, "seed of sampling and initialisation")
+    lora_rank: int = knob(16, "LoRA rank")
+    lora_alpha: int = knob(32, "LoRA alpha")
+    lora_dropout: float = knob(0.0, "LoRA dropout")
+    lora_target_modules: list[str] = knob(list(LORA_TARGETS), "modules that get a LoRA")
+    dtype: str = knob("float32", "weights dtype (auto: bf16 only where this device computes it natively)")
+    # generation on a vLLM OpenAI-compatible server (None: generate locally)
+    vllm_url: str | None = knob(
+        None, "generate on this vLLM OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1"
+    )
+    vllm_model: str | None = knob(
+        None, "the base model the server serves (checked at start; default: --model)"
+    )
+    vllm_adapter_dir: str | None = knob(
+        None, "where adapters are saved for the server (default OUT/vllm_adapters)"
+    )
+    vllm_lora_name: str = knob("trace", "adapters are hot-loaded as <name>-step-<n>")
+    num_threads: int = knob(0, "fixed CPU thread count for reproducibility (0: torch's default)")
+    deterministic: bool = knob(True, "deterministic kernels where they exist")
+    resume: str | None = knob(None, "resume from this checkpoint directory")
+    tensorboard: bool = knob(True, "write TensorBoard metrics")
+    progress: bool = knob(True, "show a progress bar")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_positive(self, "lora_rank")
+        _check_positive(self, "num_threads", minimum=0)
+
+
 def _check_positive(args: object, *names: str, minimum: int = 1) -> None:
     for name in names:
         value = getattr(args, name)
@@ -159,45 +288,60 @@ def _check_positive(args: object, *names: str, minimum: int = 1) -> None:
             raise ValueError(f"{flag} must be an integer >= {minimum}, got {value!r}")
 
 
-@dataclass
-class SFTArgs(LoraArgs):
-    env_id: str
-    model: str = "smollm2-135m"
-    out: str = "runs/sft"
-    episodes: int = 64
-    epochs: int = 2
-    lr: float = 2e-4
-    batch_size: int = 8
-    seed: int = 0
-    seed_offset: int = 0  # first train-split task index (keep GRPO tasks separate if you like)
-    max_turns: int = 12
-    difficulty: int | None = None
-    merge: bool = False
-    lora_rank: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
-    lora_target_modules: list[str] = field(default_factory=lambda: list(LoraSettings().target_modules))
-    dtype: str = "float32"
-    gradient_checkpointing: bool = False  # recompute activations in backward (long tool conversations)
-    # "cached": the shared prefix once per batch, the rest packed without padding, LM head on agent tokens only;
-    # "simple": padded batches (the previous path)
-    engine: str = "cached"
-    tool_format: str = "json"  # json | compact (see GRPOArgs)
-    # tokens per forward/backward: a batch is split into micro-batches of at most this many tokens (a shared
-    # prefix counted once; at least one sequence each) whose gradients add up to the whole batch's. Activation
-    # memory grows with it: SmolLM2-135M needs roughly 1.2 GB per 1,000 tokens in bf16 and 1.5 GB in float32,
-    # and the cached engine also holds the shared prefix's activations (~3.3k tokens on retail) for the whole
-    # batch: on retail difficulty 2 in float32, 8192 was OOM-killed at 24 GB and 4096 peaked at 21.7 GB; 2048
-    # leaves room (a longer remainder still goes alone), and the speed is per token, so smaller costs little
-    micro_batch_tokens: int = 2048
+@dataclass(kw_only=True)
+class SFTSettings:
+    """Supervised fitting to oracle trajectories: what ``trace sft`` and the pipeline's warm start share."""
+
+    episodes: int = knob(64, "oracle episodes (train split)", minimum=1)
+    epochs: int = knob(2, "passes over the oracle data", minimum=1)
+    lr: float = knob(2e-4, "learning rate", exclusiveMinimum=0)
+    batch_size: int = knob(8, "sequences per optimiser step", minimum=1)
+    seed_offset: int = knob(0, "first train-split task index (keep other stages' tasks apart)", minimum=0)
+    max_turns: int = knob(12, "turn cap of an oracle episode", minimum=1)
+    difficulty: int | None = knob(
+        None, "difficulty of the oracle episodes (None: the env's default)", minimum=0
+    )
+    gradient_checkpointing: bool = knob(
+        False, "recompute activations in backward: long tool conversations fit in memory (slower)"
+    )
+    # a batch is split into micro-batches of at most this many tokens (a shared prefix counted once; at least one
+    # sequence each) whose gradients add up to the whole batch's. SmolLM2-135M needs roughly 1.2 GB per 1,000
+    # tokens in bf16 and 1.5 GB in float32, and the cached engine also holds the shared prefix's activations
+    # (~3.3k tokens on retail) for the whole batch: on retail difficulty 2 in float32, 8192 was OOM-killed at
+    # 24 GB and 4096 peaked at 21.7 GB; 2048 leaves room, and the speed is per token, so smaller costs little
+    micro_batch_tokens: int = knob(
+        2048,
+        "tokens per forward/backward past the shared prefix (~1.5 GB per 1,000 tokens in float32)",
+        minimum=1,
+    )
 
     def __post_init__(self) -> None:
-        _check_positive(
-            self, "episodes", "epochs", "batch_size", "max_turns", "lora_rank", "micro_batch_tokens"
-        )
+        check_choices(self)
+        _check_positive(self, "episodes", "epochs", "batch_size", "max_turns", "micro_batch_tokens")
         _check_positive(self, "seed_offset", minimum=0)  # past the train split: refused by train_reset_seed
         if not self.lr > 0.0:
             raise ValueError(f"--lr must be > 0, got {self.lr}")
+
+
+@dataclass
+class SFTArgs(SFTSettings, EngineArgs, LoraArgs):
+    """``trace sft``: the fitting settings plus what one run needs. The engine (EngineArgs) "cached" computes the
+    shared prefix once per batch and packs the rest without padding, the LM head on agent tokens only."""
+
+    env_id: str
+    model: str = knob("smollm2-135m", "model alias or local Hugging Face directory")
+    out: str = knob("runs/sft", "output directory (adapter, merged model with --merge)")
+    seed: int = knob(0, "seed of shuffling and initialisation")
+    merge: bool = knob(False, "also save the base with the adapter merged in (a plain model directory)")
+    lora_rank: int = knob(16, "LoRA rank")
+    lora_alpha: int = knob(32, "LoRA alpha")
+    lora_dropout: float = knob(0.0, "LoRA dropout")
+    lora_target_modules: list[str] = knob(list(LORA_TARGETS), "modules that get a LoRA")
+    dtype: str = knob("float32", "weights dtype (auto: bf16 only where this device computes it natively)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_positive(self, "lora_rank")
 
 
 @dataclass

@@ -10,7 +10,7 @@
    the spread of their final success.
 
 SFT tasks are train-split indices from 500,000 up and GRPO's count up from 0, so the two never share a seed;
-every training command goes through :func:`trace_train.envs.train_reset_seed`, so no test seed is reachable,
+every training command goes through :func:`trace_gym.seeds.train_reset_seed`, so no test seed is reachable,
 and the default env splits by content, so no test *question* occurs in training either.
 """
 

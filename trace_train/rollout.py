@@ -23,7 +23,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from trace_train.envs import tools_of
+from trace_gym.records import trajectory_record
+from trace_gym.registration import tools_of
 from trace_train.policies.base import Conversation, SamplingConfig, as_conversation
 from trace_train.policies.hf import HFPolicy
 
@@ -83,22 +84,22 @@ class Trajectory:
         return [0.0] * len(self.base_system_ids) + self.sampler_logprobs[self.system_len :]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "seed": self.spec.seed,
-            "group": self.spec.group,
-            "hint": self.spec.hint,
-            "split": self.spec.split,
-            "reward": self.reward,
-            "success": self.reward >= 1.0,
-            "turns": self.turns,
-            "terminated": self.terminated,
-            "truncated": self.truncated,
-            "invalid_actions": self.invalid_actions,
-            "reward_components": self.info.get("reward_components"),
-            "generated_tokens": self.generated_tokens,
-            "messages": self.messages,
-            "actions": self.actions,
-        }
+        """The trajectory as a record of :mod:`trace_gym.records` (token ids stay out)."""
+        return trajectory_record(
+            seed=self.spec.seed,
+            split=self.spec.split,
+            reward=self.reward,
+            messages=self.messages,
+            info=self.info,
+            group=self.spec.group,
+            hint=self.spec.hint,
+            turns=self.turns,
+            terminated=self.terminated,
+            truncated=self.truncated,
+            invalid_actions=self.invalid_actions,
+            generated_tokens=self.generated_tokens,
+            actions=self.actions,
+        )
 
 
 # generate(prompts, active trajectory indices, turn) -> new ids per prompt, or (new ids, their log-probs)

@@ -17,9 +17,10 @@ from typing import Any
 
 import torch
 
+from trace_gym.registration import make_env
+from trace_gym.seeds import train_reset_seed
 from trace_train.config import SFTArgs
 from trace_train.engine.cached import common_prefix_length
-from trace_train.envs import make_env, train_reset_seed
 from trace_train.grpo.logprobs import (
     PrefixKV,
     pad_batch,

@@ -9,7 +9,7 @@ import gymnasium as gym
 import pytest
 
 from trace_gym.analysis.analyze import AnalyzeArgs, analyze
-from trace_gym.analysis.rollouts import RolloutArgs, rollout
+from trace_train.base_rollouts import RolloutArgs, rollout
 
 TARGET = "trace/retail-v1"
 

@@ -15,8 +15,9 @@ import pytest
 
 from tests.openai_standin import StandinServer
 from trace_gym.analysis.llm_labeller import compact_messages, domain_words
-from trace_gym.analysis.rollouts import RolloutArgs, read_trajectories, rollout
 from trace_gym.analysis.selection import load_selection
+from trace_gym.records import read_records
+from trace_train.base_rollouts import RolloutArgs, rollout
 
 ENV = "trace/retail-v0"
 SEED_RE = re.compile(r"## The conversation \(seed (\d+), (passed|failed)")
@@ -31,7 +32,7 @@ def rollouts(tmp_path_factory) -> tuple[Path, Path, dict[int, dict]]:
     rollout(
         RolloutArgs(env_id=ENV, model="oracle", out=str(root / "cut"), episodes=6, seed_offset=6, max_turns=3)
     )
-    records = read_trajectories(root / "full" / "trajectories.jsonl") + read_trajectories(
+    records = read_records(root / "full" / "trajectories.jsonl") + read_records(
         root / "cut" / "trajectories.jsonl"
     )
     return root / "full", root / "cut", {r["seed"]: r for r in records}
@@ -40,7 +41,7 @@ def rollouts(tmp_path_factory) -> tuple[Path, Path, dict[int, dict]]:
 def analyze(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "trace_gym.cli", "analyze", *args],
+        [sys.executable, "-m", "trace_train.cli", "analyze", *args],
         env=env,
         capture_output=True,
         text=True,

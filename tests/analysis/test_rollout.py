@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from tests.openai_standin import StandinServer
-from trace_gym.analysis.rollouts import (
+from trace_gym.records import read_records
+from trace_train.base_rollouts import (
     RolloutArgs,
     RolloutError,
     SplitRefusedError,
-    read_trajectories,
     rollout,
 )
-from trace_gym.cli import main
+from trace_train.cli import main
 
 ENV = "trace/retail-v0"
 
@@ -28,7 +28,7 @@ ENV = "trace/retail-v0"
 def test_oracle_records_carry_everything_analysis_needs(tmp_path: Path) -> None:
     summary = rollout(RolloutArgs(env_id=ENV, model="oracle", out=str(tmp_path), episodes=6, batch_size=4))
     assert (summary.written, summary.passed, summary.skipped) == (6, 6, 0)
-    records = read_trajectories(tmp_path / "trajectories.jsonl")
+    records = read_records(tmp_path / "trajectories.jsonl")
     assert sorted(r["seed"] for r in records) == list(range(6))
     first = records[0]
     for key in (
@@ -76,7 +76,7 @@ def test_existing_file_needs_resume_and_same_settings(tmp_path: Path) -> None:
     assert (tmp_path / "trajectories.jsonl").read_bytes() == before  # bad input loses nothing
     summary = rollout(RolloutArgs(env_id=ENV, model="oracle", out=str(tmp_path), episodes=5, resume=True))
     assert (summary.written, summary.skipped) == (2, 3)
-    assert sorted(r["seed"] for r in read_trajectories(tmp_path / "trajectories.jsonl")) == list(range(5))
+    assert sorted(r["seed"] for r in read_records(tmp_path / "trajectories.jsonl")) == list(range(5))
 
 
 def test_a_line_cut_by_a_kill_is_dropped_and_rerun(tmp_path: Path) -> None:
@@ -84,9 +84,9 @@ def test_a_line_cut_by_a_kill_is_dropped_and_rerun(tmp_path: Path) -> None:
     path = tmp_path / "trajectories.jsonl"
     with path.open("a") as f:
         f.write('{"seed": 2, "reward": 1.0, "messa')  # the kill came mid-write
-    assert len(read_trajectories(path)) == 2
+    assert len(read_records(path)) == 2
     rollout(RolloutArgs(env_id=ENV, model="oracle", out=str(tmp_path), episodes=3, resume=True))
-    records = read_trajectories(path)
+    records = read_records(path)
     assert sorted(r["seed"] for r in records) == [0, 1, 2] and records[2]["messages"]
 
 
@@ -110,7 +110,7 @@ def test_resume_after_killing_a_running_rollout(tmp_path: Path) -> None:
         cmd = [
             sys.executable,
             "-m",
-            "trace_gym.cli",
+            "trace_train.cli",
             "rollout",
             ENV,
             "--model",
@@ -139,12 +139,12 @@ def test_resume_after_killing_a_running_rollout(tmp_path: Path) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
         finally:
             proc.wait(timeout=30)
-        kept = read_trajectories(path)
+        kept = read_records(path)
         assert 3 <= len(kept) < 12, "the kill should land part-way"
         kept_bytes = path.read_bytes()[: path.read_bytes().rfind(b"\n") + 1]
         done = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
-    records = read_trajectories(path)
+    records = read_records(path)
     seeds = [r["seed"] for r in records]
     assert sorted(seeds) == list(range(12)) and len(set(seeds)) == 12  # no seed duplicated or lost
     assert path.read_bytes().startswith(kept_bytes)  # finished lines kept as written
@@ -177,7 +177,7 @@ def test_local_model_through_the_batched_engine_then_analyze(tmp_path: Path) -> 
     )
     summary = rollout(args)
     assert summary.written == 3 and summary.passed == 0
-    records = read_trajectories(tmp_path / "ro" / "trajectories.jsonl")
+    records = read_records(tmp_path / "ro" / "trajectories.jsonl")
     assert sorted(r["seed"] for r in records) == [0, 1, 2]
     assert all(
         r["generated_tokens"] == 6 and r["turns"] == 1 and r["cut"] == "max_total_tokens" for r in records

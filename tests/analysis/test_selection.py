@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from trace_gym.analysis.analyze import AnalyzeArgs, analyze
-from trace_gym.analysis.rollouts import RolloutArgs, SplitRefusedError, rollout
 from trace_gym.analysis.selection import SelectionError, load_selection, schema
+from trace_train.base_rollouts import RolloutArgs, SplitRefusedError, rollout
 
 ENV = "trace/retail-v0"
 

@@ -7,7 +7,7 @@ import json
 import torch
 
 from tests.compose.helpers import randomise_gates
-from trace_gym.cli import main
+from trace_train.cli import main
 from trace_train.compose.artefact import save_composition
 from trace_train.compose.baselines import TaskRouterPolicy
 from trace_train.policies.base import SamplingConfig
@@ -106,7 +106,7 @@ def test_task_router_serves_each_episode_with_its_adapter(composition, monkeypat
 
 
 def _episodes(policy, env_id="traintest/lookup-v0", n=2, engine=None):
-    from trace_train.envs import make_env
+    from trace_gym.registration import make_env
     from trace_train.rollout import ResetSpec, collect
 
     envs = [make_env(env_id) for _ in range(n)]
@@ -210,7 +210,7 @@ def test_router_and_moe_stream_with_continuous_batching(composition, monkeypatch
     """stream_collect (what trace evaluate runs) with the router and the recording MoE: the same episodes as
     one batch, with episodes joining the running sessions."""
     from trace_train.compose.baselines import MoEPolicy
-    from trace_train.envs import make_env
+    from trace_gym.registration import make_env
     from trace_train.rollout import ResetSpec, collect, stream_collect
 
     randomise_gates(composition, seed=6)

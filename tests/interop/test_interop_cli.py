@@ -1,6 +1,6 @@
 """The interop commands are registered in the `trace` CLI with their documented flags."""
 
-from trace_gym.cli import build_parser
+from trace_train.cli import build_parser
 
 
 def test_commands_are_registered():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from trace_gym.cli import main
+from trace_train.cli import main
 
 
 def test_stages_and_schema(capsys):

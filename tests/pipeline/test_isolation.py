@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from trace_train.envs import TEST_SEED_BASE
+from trace_gym.seeds import TEST_SEED_BASE
 from trace_train.pipeline.config import config_from_dict
-from trace_train.pipeline.isolation import TestSeedError
+from trace_gym.seeds import TestSeedError
 from trace_train.pipeline.progress import Reporter
 from trace_train.pipeline.runner import StageContext
 from trace_train.pipeline.stages import adapters, analysis, base, calibration, gates, rollouts, synthesis

@@ -14,7 +14,7 @@ from trace_train.pipeline.stages import STAGES
 @pytest.mark.slow
 def test_quick_demo_runs_every_stage_then_skips_them(tmp_path):
     out = tmp_path / "quick"
-    cmd = [sys.executable, "-m", "trace_gym.cli", "demo", "--quick", "--out", str(out)]
+    cmd = [sys.executable, "-m", "trace_train.cli", "demo", "--quick", "--out", str(out)]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     assert first.returncode == 0, first.stderr[-4000:]
     for i, stage in enumerate(STAGES, 1):

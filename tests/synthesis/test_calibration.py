@@ -7,15 +7,8 @@ import shutil
 
 import pytest
 
-from trace_gym.synthesis.calibration import (
-    Bands,
-    calibrate,
-    choose_level,
-    level_stats,
-    pass_at_k,
-    prompt_tokens,
-    write_calibration,
-)
+from trace_gym.synthesis.calibration import Bands, choose_level, level_stats, pass_at_k, write_calibration
+from trace_train.calibrate import calibrate, prompt_tokens
 
 
 def test_pass_at_k_is_the_unbiased_estimator():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trace_train.envs import make_env
+from trace_gym.registration import make_env
 from trace_train.models import build_tiny_model
 from trace_train.policies.base import SamplingConfig
 from trace_train.policies.hf import HFPolicy

@@ -8,7 +8,8 @@ import importlib.util
 import gymnasium as gym
 import pytest
 
-from trace_train.envs import honours_splits, make_env, reset_seed
+from trace_gym.registration import make_env
+from trace_gym.seeds import honours_splits, reset_seed
 from trace_train.sft import oracle_trajectories
 
 trace_gym = pytest.importorskip("trace_gym")

@@ -2,7 +2,7 @@
 
 ``trace sft --seed-offset 1000000000`` on an env without split support trained on exactly the seeds
 ``trace evaluate --split test`` uses, and an out-of-range offset on a trace env ended in a traceback. Every
-training command now goes through :func:`trace_train.envs.train_reset_seed` (the demo is covered in
+training command now goes through :func:`trace_gym.seeds.train_reset_seed` (the demo is covered in
 test_demo.py, which records every seed its training phases reset).
 """
 
@@ -11,15 +11,9 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 
-from trace_gym.cli import main
-from trace_train.envs import (
-    TEST_SEED_BASE,
-    TrainSeedError,
-    check_train_tasks,
-    make_env,
-    reset_seed,
-    train_reset_seed,
-)
+from trace_gym.registration import make_env
+from trace_gym.seeds import TEST_SEED_BASE, TrainSeedError, check_train_tasks, reset_seed, train_reset_seed
+from trace_train.cli import main
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from tests.openai_standin import StandinServer, standin_fixture  # noqa: F401 - the `standin` fixture
 from trace_gym.openai_client import OpenAIClient, OpenAIError
-from trace_train.envs import make_env
+from trace_gym.registration import make_env
 from trace_train.grpo.trainer import GRPOArgs, GRPOTrainer
 from trace_train.policies.base import SamplingConfig
 from trace_train.policies.remote_generation import RemoteGenerationError, RemoteGenerator

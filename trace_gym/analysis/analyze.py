@@ -29,8 +29,9 @@ from trace_gym.analysis import aggregate
 from trace_gym.analysis.aggregate import LACKING, CapabilityResult, RunStats, cohen_kappa, run_stats, select
 from trace_gym.analysis.capabilities import describe
 from trace_gym.analysis.labels import LabelTable, requirement_labels
-from trace_gym.analysis.rollouts import TRAJECTORIES, RolloutError, SplitRefusedError, read_trajectories
 from trace_gym.analysis.selection import build_selection
+from trace_gym.records import read_records, trajectory_file
+from trace_gym.seeds import refuse_test_records
 
 LABELLERS = ("requirements", "llm", "both")
 
@@ -73,6 +74,10 @@ class Analysis:
     kappa_available: bool = False
 
 
+class AnalysisInputError(ValueError):
+    """Trajectory files that cannot be analysed together; the message says which and why."""
+
+
 def load_records(paths: Sequence[str | os.PathLike]) -> tuple[list[dict[str, Any]], list[str]]:
     """Records of every rollout file (a directory means its ``trajectories.jsonl``), each tagged with its
     file; test-split lines and seeds that occur twice for one env are refused."""
@@ -80,31 +85,27 @@ def load_records(paths: Sequence[str | os.PathLike]) -> tuple[list[dict[str, Any
     files: list[str] = []
     seen: dict[tuple[str, int], str] = {}
     for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            path = path / TRAJECTORIES
+        path = trajectory_file(raw)
         if not path.is_file():
             raise FileNotFoundError(
                 f"no trajectory file at {path} (give a `trace rollout` --out dir or a JSONL file)"
             )
         files.append(str(path))
-        for record in read_trajectories(path):
+        file_records = read_records(path)
+        refuse_test_records(str(path), file_records)
+        for record in file_records:
             where = f"{path}:{record['_line']}"
-            if record.get("split", "train") != "train":
-                raise SplitRefusedError(
-                    f"{where} is a {record.get('split')!r}-split trajectory: analysis never looks at test-split tasks"
-                )
             key = (str(record.get("env_id")), int(record["seed"]))
             if key in seen:
-                raise RolloutError(f"{where} repeats seed {key[1]} of {key[0]} (first at {seen[key]})")
+                raise AnalysisInputError(f"{where} repeats seed {key[1]} of {key[0]} (first at {seen[key]})")
             seen[key] = where
             record["_file"] = str(path)
             records.append(record)
     if not records:
-        raise RolloutError(f"no trajectories in {', '.join(files)}")
+        raise AnalysisInputError(f"no trajectories in {', '.join(files)}")
     env_ids = sorted({str(r.get("env_id")) for r in records})
     if len(env_ids) > 1:
-        raise RolloutError(
+        raise AnalysisInputError(
             f"trajectories of several targets ({', '.join(env_ids)}): analyse one target at a time"
         )
     return records, files

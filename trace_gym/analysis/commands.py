@@ -1,7 +1,8 @@
-"""CLI subcommands of step 1, ``trace rollout`` and ``trace analyze`` (registered by ``trace_gym.cli``).
+"""CLI subcommand of step 1 that needs no model, ``trace analyze`` (registered by ``trace_train.cli``).
 
-trace rollout ENV_ID --model M --episodes N --out DIR [--resume]     base-agent trajectories (JSONL)
 trace analyze DIR [DIR ...] --out DIR [--labeller requirements|llm|both]   selection + report
+
+The trajectories come from ``trace rollout`` (``trace_train.base_rollouts``: it runs the base agent).
 
 See docs/analysis.md.
 """
@@ -19,25 +20,6 @@ from rich.table import Table
 console = Console()
 
 
-def cmd_rollout(ns: argparse.Namespace) -> int:
-    from trace_gym.analysis.rollouts import RolloutArgs, rollout
-
-    args = RolloutArgs(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(RolloutArgs)})
-    try:
-        with console.status(f"rolling out {args.model} on {args.env_id}") as status:
-            summary = rollout(args, lambda done, total: status.update(f"{done}/{total} episodes written"))
-    except (ValueError, FileNotFoundError) as err:  # RolloutError and bad arguments
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    rate = summary.passed / summary.written if summary.written else 0.0
-    console.print(
-        f"{summary.written} episodes written to {summary.path} ({summary.skipped} already there), "
-        f"{summary.passed} passed ({rate:.1%}), {summary.seconds:.1f} s",
-        markup=False,
-    )
-    return 0
-
-
 def cmd_analyze(ns: argparse.Namespace) -> int:
     from trace_gym.analysis.analyze import AnalyzeArgs, analyze
     from trace_gym.analysis.report import table_rows
@@ -53,7 +35,7 @@ def cmd_analyze(ns: argparse.Namespace) -> int:
         OpenAIError,
         LLMAgentError,
         FileNotFoundError,
-    ) as err:  # RolloutError, LabellingError, ...
+    ) as err:  # AnalysisInputError, LabellingError, ...
         print(f"error: {err}", file=sys.stderr)
         return 2
     t = result.selection["target"]
@@ -87,42 +69,6 @@ def cmd_analyze(ns: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from trace_gym.analysis import aggregate
-
-    ro = subparsers.add_parser(
-        "rollout", help="step 1: base-agent trajectories on a target's train split (JSONL)"
-    )
-    ro.add_argument("env_id", help="Gymnasium id, e.g. trace/retail-v1")
-    ro.add_argument(
-        "--model",
-        required=True,
-        help="local model path or alias (smollm2-135m), a served model name with --base-url, "
-        "or a scripted agent: oracle, oracle-without:CAPABILITY",
-    )
-    ro.add_argument("--out", required=True, help="output dir (trajectories.jsonl, rollout.json)")
-    ro.add_argument("--episodes", type=int, default=64)
-    ro.add_argument("--split", default="train", help="only train is accepted: analysis never sees test tasks")
-    ro.add_argument("--seed-offset", type=int, default=0, help="first train-split task index")
-    ro.add_argument("--max-turns", type=int, default=20)
-    ro.add_argument("--batch-size", type=int, default=8, help="episodes in flight")
-    ro.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    ro.add_argument("--top-p", type=float, default=1.0)
-    ro.add_argument("--max-new-tokens", type=int, default=256)
-    ro.add_argument(
-        "--max-total-tokens",
-        type=int,
-        default=32768,
-        help="local engine: cut longer conversations (scored as they stand)",
-    )
-    ro.add_argument("--sampling-seed", type=int, default=None, help="per-request seed (HTTP servers)")
-    ro.add_argument("--difficulty", type=int, default=None)
-    ro.add_argument("--base-url", default=None, help="OpenAI-compatible server (key from $OPENAI_API_KEY)")
-    ro.add_argument(
-        "--adapter", default=None, help="PEFT adapter dir (local) or served LoRA name (--base-url)"
-    )
-    ro.add_argument("--engine", default=None, help="local models: the rollout engine (cached, simple)")
-    ro.add_argument("--dtype", default="float32", choices=["auto", "float32", "bfloat16", "float16"])
-    ro.add_argument("--resume", action="store_true", help="continue the file in --out (same settings)")
-    ro.set_defaults(func=cmd_rollout)
 
     an = subparsers.add_parser(
         "analyze", help="step 1: contrastive capability analysis -> selected_capabilities.json + report"

@@ -8,7 +8,7 @@ the one closest to the bands (distance 0 when inside; ties go to the lower level
 the env's ``spec.json`` so that the registered id (and so training) uses it.
 
 The statistics are plain functions of the reward groups (:func:`level_stats`, :func:`choose_level`), so
-they are tested without a model; :func:`calibrate` gathers the groups with trace_train's batched rollouts.
+they are tested without a model; ``trace_train.calibrate`` gathers the groups with the real policy.
 """
 
 from __future__ import annotations
@@ -129,16 +129,6 @@ def _rounded(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def prompt_tokens(policy: Any, env_id: str, difficulty: int | None = None) -> int:
-    """Tokens of the system prompt plus the tools, as the policy's chat template renders them (seed 0)."""
-    env = gym.make(env_id, **({"difficulty": difficulty} if difficulty is not None else {}))
-    obs, info = env.reset(seed=0, options={"split": "train"})
-    renderer = policy.renderer
-    text = renderer.render([obs[0]], list(info.get("tools") or []), add_generation_prompt=False)
-    env.close()
-    return len(renderer.encode(text))
-
-
 def spec_path(env_id: str) -> Path | None:
     """The ``spec.json`` next to a registered env's module (synthesised envs have one), or None."""
     entry = gym.spec(env_id).entry_point
@@ -162,55 +152,3 @@ def write_calibration(path: Path, calibration: Calibration) -> dict[str, Any]:
     validate_spec(spec, str(path))
     path.write_text(dump_json(spec))
     return spec
-
-
-def calibrate(
-    env_id: str,
-    policy: Any,
-    *,
-    model_name: str,
-    seeds: int = 8,
-    group_size: int = 4,
-    levels: Sequence[int] | None = None,
-    temperature: float = 1.0,
-    max_new_tokens: int = 256,
-    max_turns: int = 10,
-    batch_size: int = 16,
-    bands: Bands = Bands(),
-    first_seed: int = 0,
-) -> Calibration:
-    """G = ``group_size`` samples on each of ``seeds`` train seeds per level, with trace_train's rollouts."""
-    from trace_train.envs import make_env, reset_seed
-    from trace_train.policies.base import SamplingConfig
-    from trace_train.rollout import ResetSpec, stream_collect
-
-    probe = make_env(env_id)
-    levels = list(levels or getattr(probe.unwrapped, "difficulty_levels", (1,)))
-    sampling = SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens)
-    specs = [
-        ResetSpec(seed=reset_seed("train", first_seed + s, probe), group=s, split="train", difficulty=level)
-        for level in levels
-        for s in range(seeds)
-        for _ in range(group_size)
-    ]
-    # every level in one continuously batched stream: a finished episode's slot starts the next one
-    envs = [make_env(env_id) for _ in range(min(batch_size, len(specs)))]
-    try:
-        trajectories = stream_collect(policy, envs, specs, sampling, max_turns, max_total_tokens=32768)
-    finally:
-        for env in envs:
-            env.close()
-    results = []
-    for level in levels:
-        rewards: dict[int, list[float]] = {}
-        turns: list[int] = []
-        for trajectory in trajectories:
-            if trajectory.spec.difficulty == level:
-                rewards.setdefault(trajectory.spec.group, []).append(trajectory.reward)
-                turns.append(trajectory.turns)
-        results.append(level_stats(level, [rewards[g] for g in sorted(rewards)], turns))
-    tokens = prompt_tokens(policy, env_id) if hasattr(policy, "renderer") else None
-    probe.close()
-    return Calibration(
-        env_id, model_name, seeds, group_size, bands, results, choose_level(results, bands), tokens
-    )

@@ -1,8 +1,9 @@
-"""CLI subcommands of step 2 (registered by ``trace_gym.cli``): ``synthesize``, ``isolation``, ``calibrate``.
+"""CLI subcommands of step 2 (registered by ``trace_train.cli``): ``synthesize``, ``isolation``.
 
 trace synthesize --capabilities selected_capabilities.json --target trace/retail-v1 --out generated_envs
 trace isolation [ENV_ID ...] --seeds 100          the "oracle minus one capability" matrix
-trace calibrate ENV_ID --model smollm2-135m       difficulty against TRACE's bands, written into spec.json
+
+``trace calibrate`` runs a model, so it lives in ``trace_train.calibrate``.
 """
 
 from __future__ import annotations
@@ -83,77 +84,6 @@ def cmd_isolation(ns: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def cmd_calibrate(ns: argparse.Namespace) -> int:
-    import trace_gym  # noqa: F401
-    from trace_gym.registration import resolve_env_id
-    from trace_gym.synthesis.calibration import Bands, calibrate, spec_path, write_calibration
-
-    env_id = resolve_env_id(ns.env_id)
-    if ns.threads:
-        import torch
-
-        torch.set_num_threads(ns.threads)
-    if ns.base_url:
-        from trace_train.policies.openai_http import OpenAIHTTPPolicy
-
-        policy = OpenAIHTTPPolicy(model=ns.model, base_url=ns.base_url, lora_name=ns.adapter)
-    else:
-        from trace_train.policies.hf import HFPolicy
-
-        policy = HFPolicy.from_pretrained(ns.model, adapter=ns.adapter, dtype=ns.dtype)
-    result = calibrate(
-        env_id,
-        policy,
-        model_name=ns.model + (f"+{ns.adapter}" if ns.adapter else ""),
-        seeds=ns.seeds,
-        group_size=ns.group_size,
-        levels=ns.levels,
-        temperature=ns.temperature,
-        max_new_tokens=ns.max_new_tokens,
-        max_turns=ns.max_turns,
-        batch_size=ns.batch_size,
-        bands=Bands(ns.band_low, ns.band_high, ns.informative),
-    )
-    table = Table(title=f"trace calibrate {env_id} ({ns.seeds} seeds x {ns.group_size} samples per level)")
-    for column in (
-        "level",
-        "mean reward",
-        "success",
-        f"pass@{ns.group_size}",
-        "all-success",
-        "all-zero",
-        "informative",
-        "distance",
-    ):
-        table.add_column(column)
-    for s in result.levels:
-        chosen = " *" if s.level == result.chosen.level else ""
-        table.add_row(
-            f"{s.level}{chosen}",
-            f"{s.mean_reward:.3f}",
-            f"{s.success:.3f}",
-            f"{s.pass_at_k[str(ns.group_size)]:.3f}",
-            f"{s.all_success_share:.2f}",
-            f"{s.all_zero_share:.2f}",
-            f"{s.informative_share:.2f}",
-            f"{result.bands.distance(s):.3f}",
-        )
-    console.print(table)
-    console.print(
-        f"chosen level {result.chosen.level}; prompt tokens (system + tools): {result.prompt_tokens}"
-    )
-    if ns.json:
-        Path(ns.json).write_text(json.dumps(result.to_spec(), indent=2) + "\n")
-    if not ns.no_write:
-        path = spec_path(env_id)
-        if path is None:
-            console.print(f"{env_id} has no spec.json (not a synthesised env): nothing written")
-        else:
-            write_calibration(path, result)
-            console.print(f"calibration written to {path}")
-    return 0
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     sy = subparsers.add_parser("synthesize", help="step 2: emit capability envs into a plugin package")
     sy.add_argument("--capabilities", required=True, help="selected_capabilities.json of trace analyze")
@@ -186,29 +116,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     iso.add_argument("--json", default=None, help="also write the matrix as JSON")
     iso.set_defaults(func=cmd_isolation)
 
-    ca = subparsers.add_parser("calibrate", help="step 2: pick an env's difficulty against TRACE's bands")
-    ca.add_argument("env_id")
-    ca.add_argument(
-        "--model", default="smollm2-135m", help="alias, local HF dir, or served model (--base-url)"
-    )
-    ca.add_argument("--adapter", default=None, help="PEFT adapter (e.g. the warm-started base agent)")
-    ca.add_argument("--base-url", default=None)
-    ca.add_argument("--dtype", default="float32", choices=["auto", "float32", "bfloat16", "float16"])
-    ca.add_argument("--seeds", type=int, default=8, help="S: train seeds per level")
-    ca.add_argument("--group-size", type=int, default=4, help="G: samples per seed")
-    ca.add_argument("--levels", type=int, nargs="*", default=None, help="default: every level of the env")
-    ca.add_argument("--temperature", type=float, default=1.0)
-    ca.add_argument("--max-new-tokens", type=int, default=256)
-    ca.add_argument("--max-turns", type=int, default=10)
-    ca.add_argument("--batch-size", type=int, default=16)
-    ca.add_argument("--band-low", type=float, default=0.2)
-    ca.add_argument("--band-high", type=float, default=0.6)
-    ca.add_argument("--informative", type=float, default=0.5)
-    ca.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    ca.add_argument("--json", default=None)
-    ca.add_argument("--no-write", action="store_true", help="do not write the chosen level into spec.json")
-    ca.set_defaults(func=cmd_calibrate)
-
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit("use the trace command: trace synthesize / isolation / calibrate")
+    sys.exit("use the trace command: trace synthesize / isolation")

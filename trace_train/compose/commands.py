@@ -1,7 +1,7 @@
 """CLI subcommands ``trace compose`` (train the gates, write the artefact) and ``trace compare``.
 
 Flags come from the dataclasses (``ComposeArgs``, ``CompareArgs``): ``--balance-weight 0.02`` is
-``ComposeArgs.balance_weight = 0.02``. Registered by ``trace_gym.cli`` through ``COMMAND_MODULES``.
+``ComposeArgs.balance_weight = 0.02``. Registered by ``trace_train.cli``.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ def cmd_compare(ns: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from trace_train.commands import _add_dataclass_flags
     from trace_train.compose.config import CompareArgs, ComposeArgs
+    from trace_train.config import add_dataclass_flags
 
     comp = subparsers.add_parser(
         "compose",
@@ -66,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--envs", nargs="+", required=True, help="the capability env of each adapter (same order)"
     )
     comp.add_argument("--names", nargs="+", default=[], help="slot names (default: the env ids' names)")
-    _add_dataclass_flags(comp, ComposeArgs, skip={"adapters", "envs", "names"})
+    add_dataclass_flags(comp, ComposeArgs, skip={"adapters", "envs", "names"})
     comp.set_defaults(func=cmd_compose)
 
     cmp = subparsers.add_parser(
@@ -79,5 +79,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="base,adapters,router,moe",
         help="comma-separated: base, adapters (all), an adapter's name, router, moe, uniform, arrow, xlora",
     )
-    _add_dataclass_flags(cmp, CompareArgs, skip={"target", "composition", "models"})
+    add_dataclass_flags(cmp, CompareArgs, skip={"target", "composition", "models"})
     cmp.set_defaults(func=cmd_compare)

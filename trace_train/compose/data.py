@@ -22,10 +22,11 @@ from typing import Any
 
 import torch
 
+from trace_gym.registration import make_env
+from trace_gym.seeds import reset_seed
 from trace_train.compose.baselines import SlotPolicy
 from trace_train.compose.losses import IGNORE
 from trace_train.compose.model import Composition
-from trace_train.envs import make_env, reset_seed
 from trace_train.policies.base import SamplingConfig
 from trace_train.rollout import ResetSpec, Trajectory, collect
 
@@ -107,7 +108,7 @@ def _oracle_episodes(
     policy: SlotPolicy, env_id: str, episodes: int, first_index: int, difficulty: int | None
 ) -> list[Trajectory]:
     """The env's oracle conversations of train tasks ``first_index..``, rendered as the policy sees them."""
-    from trace_train.envs import train_reset_seed
+    from trace_gym.seeds import train_reset_seed
     from trace_train.sft import oracle_trajectories
 
     probe = make_env(env_id)

@@ -22,9 +22,10 @@ from typing import Any
 
 import torch
 
+from trace_gym.registration import make_env
+from trace_gym.seeds import check_train_tasks, train_reset_seed
 from trace_train.config import GRPOArgs
 from trace_train.engine.attention import replay_attention
-from trace_train.envs import check_train_tasks, make_env, train_reset_seed
 from trace_train.grpo.advantages import group_advantages, informative_groups
 from trace_train.grpo.checkpoint import load_checkpoint, save_checkpoint
 from trace_train.grpo.logprobs import (

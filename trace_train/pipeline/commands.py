@@ -1,4 +1,4 @@
-"""``trace run CONFIG`` and ``trace demo [--quick]`` (registered by ``trace_gym.cli``); see docs/pipeline.md.
+"""``trace run CONFIG`` and ``trace demo [--quick]`` (registered by ``trace_train.cli``); see docs/pipeline.md.
 
 trace run CONFIG [--from STAGE] [--until STAGE] [--set section.key=value ...] [--out DIR]
 trace run --schema                      print the published JSON Schema of the config

@@ -8,10 +8,10 @@ import sys
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from trace_gym.interop.server import serve_until_stopped
-    from trace_train.serve.loader import load_policy
+    from trace_train.policies.factory import make_policy
     from trace_train.serve.server import PolicyServer
 
-    policy = load_policy(args.policy, adapter=args.adapter, dtype=args.dtype, device=args.device)
+    policy = make_policy(args.policy, adapter=args.adapter, dtype=args.dtype, device=args.device)
     server = PolicyServer(
         policy,
         model_name=args.served_model_name or args.policy,

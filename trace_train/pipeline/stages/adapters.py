@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trace_gym.seeds import train_seeds
 from trace_train.pipeline.runner import StageContext
-from trace_train.pipeline.stages.common import read_metrics, set_threads, train_seeds
+from trace_train.pipeline.stages.common import read_metrics, set_threads
 
 
 def grpo_args(

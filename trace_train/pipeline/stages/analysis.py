@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trace_train.pipeline.isolation import refuse_test_records
+from trace_gym.seeds import refuse_test_records
 from trace_train.pipeline.runner import StageContext
 from trace_train.pipeline.stages.common import write_json
 
@@ -30,11 +30,11 @@ def choose(selection: dict[str, Any], max_capabilities: int, force_top_k: int) -
 
 def run(ctx: StageContext) -> dict[str, Any]:
     from trace_gym.analysis.analyze import AnalyzeArgs, analyze
-    from trace_gym.analysis.rollouts import read_trajectories
+    from trace_gym.records import read_records
 
     cfg = ctx.config
     rollouts = ctx.upstream_dirs["rollouts"] / ctx.upstream["rollouts"]["file"]
-    refuse_test_records("analysis", read_trajectories(rollouts))
+    refuse_test_records("stage analysis", read_records(rollouts))
     analysis = analyze(
         AnalyzeArgs(
             rollouts=[str(rollouts)],

@@ -9,8 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from trace_gym.seeds import train_seeds
 from trace_train.pipeline.runner import StageContext
-from trace_train.pipeline.stages.common import TINY_MODEL, build_tiny_model, set_threads, train_seeds
+from trace_train.pipeline.stages.common import TINY_MODEL, build_tiny_model, set_threads
 
 
 def run(ctx: StageContext) -> dict[str, Any]:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from trace_gym.seeds import train_seeds
 from trace_train.pipeline.runner import StageContext
-from trace_train.pipeline.stages.common import set_threads, train_seeds, write_json
+from trace_train.pipeline.stages.common import set_threads, write_json
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
@@ -21,10 +22,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
     set_threads(cfg.threads)
     for e in envs:
         train_seeds("calibration", e["env_id"], 0, c.seeds)
-    from trace_gym.synthesis.calibration import calibrate
-    from trace_train.pipeline.stages.common import load_policy
+    from trace_train.calibrate import calibrate
+    from trace_train.policies.factory import make_policy
 
-    policy = load_policy(ctx.upstream["base"]["model"], cfg.base.dtype)
+    policy = make_policy(ctx.upstream["base"]["model"], dtype=cfg.base.dtype)
     out = []
     for e in envs:
         ctx.log(f"{e['env_id']}: {c.seeds} seeds x {c.group_size} samples per difficulty level")

@@ -7,38 +7,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from trace_train.pipeline.isolation import TestSeedError, refuse_test_seeds
-
 # A tiny random model for smoke tests (`trace demo --quick`, CI): the embedded SmolLM2's tokenizer (so prompts
 # have realistic token counts) with a 2-layer, 64-wide random Llama. It cannot learn the task in a few steps;
 # it exercises every stage.
 TINY_MODEL = "tiny-random"
-
-
-def train_seeds(stage: str, env_id: str, offset: int, count: int) -> range:
-    """Reset seeds of ``count`` train-split tasks from ``offset``; refused if any could be a test seed.
-
-    Checked before any model is loaded, on the range's ends (seeds are affine in the task index), so even an
-    absurd count is refused at once.
-    """
-    from trace_train.envs import honours_splits, make_env, reset_seed
-
-    env = make_env(env_id)
-    try:
-        honours = honours_splits(env)
-        try:  # trace_train.envs refuses (ValueError) a training task outside the train split
-            first = reset_seed("train", offset, env)
-            last = reset_seed("train", offset + max(count, 1) - 1, env)
-            from trace_train import envs
-
-            if hasattr(envs, "check_train_tasks"):  # the training commands' own guard (split bounds included)
-                envs.check_train_tasks(env, offset, count)
-        except ValueError as err:
-            raise TestSeedError(f"stage {stage}: {err}") from err
-        refuse_test_seeds(stage, env_id, "train", [first, last], honours)
-    finally:
-        env.close()
-    return range(first, last + 1)
 
 
 def set_threads(n: int) -> None:
@@ -76,12 +48,6 @@ def build_tiny_model(directory: Path, seed: int) -> Path:
     tokenizer.save_pretrained(directory)
     (directory / "trace_model.json").write_text(json.dumps({"kind": TINY_MODEL, "seed": seed}))
     return directory
-
-
-def load_policy(model: str, dtype: str, adapter: str | None = None):
-    from trace_train.policies.hf import HFPolicy
-
-    return HFPolicy.from_pretrained(model, adapter=adapter, dtype=dtype)
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -77,7 +77,7 @@ def _evaluate(
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
-    from trace_train.policies.hf import HFPolicy
+    from trace_train.policies.factory import make_policy
 
     cfg, methods = ctx.config, ctx.config.evaluation.methods
     set_threads(cfg.threads)
@@ -96,14 +96,14 @@ def run(ctx: StageContext) -> dict[str, Any]:
         trajectories[row["method"]] = trajs
 
     base_wall = ctx.upstream["base"].get("wall_s", 0.0)
-    base_policy = HFPolicy.from_pretrained(model, dtype=cfg.base.dtype)
+    base_policy = make_policy(model, dtype=cfg.base.dtype)
     row, trajs = _evaluate(ctx, "base", base_policy, "base")
     add(row, trajs, 0, base_wall)
     del base_policy
 
     if "adapters" in methods:
         for cap, info in adapters.items():
-            policy = HFPolicy.from_pretrained(model, adapter=info["adapter"], dtype=cfg.base.dtype)
+            policy = make_policy(model, adapter=info["adapter"], dtype=cfg.base.dtype)
             row, trajs = _evaluate(ctx, f"adapter:{cap}", policy, f"adapter-{cap}")
             add(row, trajs, info["rollouts"], info["wall_s"])
             del policy
@@ -151,7 +151,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
                 rollout_budget=budget,
                 sft_episodes=a.sft_episodes * n_adapters,
             )
-            policy = HFPolicy.from_pretrained(model, adapter=info["adapter"], dtype=cfg.base.dtype)
+            policy = make_policy(model, adapter=info["adapter"], dtype=cfg.base.dtype)
             row, trajs = _evaluate(ctx, "direct_grpo", policy, "direct_grpo-eval")
             add(row, trajs, info["rollouts"], info["wall_s"])
     else:

@@ -1,6 +1,6 @@
 """Stage ``rollouts``: the base agent on the target's train split (step 1's input), via ``trace rollout``.
 
-Calls :func:`trace_gym.analysis.rollouts.rollout` (one JSONL line per finished episode); an interrupted stage
+Calls :func:`trace_train.base_rollouts.rollout` (one JSONL line per finished episode); an interrupted stage
 resumes with the seeds not yet written (``resume=True``), never writing a seed twice.
 """
 
@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from trace_gym.seeds import train_seeds
 from trace_train.pipeline.runner import StageContext
-from trace_train.pipeline.stages.common import set_threads, train_seeds
+from trace_train.pipeline.stages.common import set_threads
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
-    from trace_gym.analysis.rollouts import TRAJECTORIES, RolloutArgs, read_trajectories, rollout
+    from trace_gym.records import TRAJECTORIES, read_records
+    from trace_train.base_rollouts import RolloutArgs, rollout
 
     cfg, r = ctx.config, ctx.config.rollouts
     set_threads(cfg.threads)
@@ -35,10 +37,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
         sampling_seed=cfg.seed if r.temperature > 0 else None,
     )
     with ctx.bar("base agent on the train split", r.episodes) as bar:
-        already = len(read_trajectories(ctx.dir / TRAJECTORIES, repair=True)) if ctx.resume else 0
+        already = len(read_records(ctx.dir / TRAJECTORIES, repair=True)) if ctx.resume else 0
         bar.update(already)
         rollout(args, progress=lambda done, _total: bar.update(already + done))
-    records = read_trajectories(ctx.dir / TRAJECTORIES)
+    records = read_records(ctx.dir / TRAJECTORIES)
     wins = sum(bool(rec["success"]) for rec in records)
     return {
         "file": TRAJECTORIES,

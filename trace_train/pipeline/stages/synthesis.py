@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trace_train.pipeline.isolation import refuse_test_records
+from trace_gym.seeds import refuse_test_records
 from trace_train.pipeline.runner import StageContext
 from trace_train.pipeline.stages.analysis import CHOSEN
 from trace_train.pipeline.stages.common import write_json
@@ -29,7 +29,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         return {"envs": [], "summary": "no capability chosen: nothing to synthesise"}
     selection = json.loads((adir / ctx.upstream["analysis"]["selection"]).read_text())
     for cap in selection["capabilities"]:
-        refuse_test_records("synthesis", cap.get("examples", []))
+        refuse_test_records("stage synthesis", cap.get("examples", []))
     # the selection step 2 reads: step 1's document with the chosen capabilities (forced ones included)
     selection["selected"] = [c["name"] for c in chosen]
     for cap in selection["capabilities"]:
