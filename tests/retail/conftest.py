@@ -100,7 +100,7 @@ def world() -> World:
 
 @pytest.fixture
 def env() -> RetailEnv:
-    made = gym.make("trace/retail-v0")
+    made = gym.make("trace/retail-v2")
     yield made.unwrapped
     made.close()
 

@@ -1,9 +1,8 @@
-"""trace/retail-v1: oracle, paraphrases, the four ablated agents and their labels, the intent-and-slot user,
+"""trace/retail-v2: oracle, paraphrases, the four ablated agents and their labels, the intent-and-slot user,
 facts stated as answers, generator fixes, golden instances."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 import warnings
 
@@ -14,14 +13,14 @@ from gymnasium.utils.env_checker import check_env
 from tests.retail.conftest import find_seed, play
 from tests.retail.paraphrase import paraphrased_oracle
 from trace_gym.targets.retail.data import ZIP_RANGES
-from trace_gym.targets.retail.env_v1 import RetailEnvV1
-from trace_gym.targets.retail.facts import Need, stated_amounts, stated_status, told_v1
+from trace_gym.targets.retail.env import RetailEnv as RetailEnvV1
+from trace_gym.targets.retail.facts import Need, stated_amounts, stated_status, told
 from trace_gym.targets.retail.tasks import CAPABILITIES
 
 
 @pytest.fixture
 def env() -> RetailEnvV1:
-    made = gym.make("trace/retail-v1")
+    made = gym.make("trace/retail-v2")
     yield made.unwrapped
     made.close()
 
@@ -29,26 +28,11 @@ def env() -> RetailEnvV1:
 def test_registered_and_check_env_without_warnings():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        made = gym.make("trace/retail-v1")
+        made = gym.make("trace/retail-v2")
         check_env(made.unwrapped)
         made.reset(seed=0)
         made.step(made.action_space.sample())
     assert isinstance(made.unwrapped, RetailEnvV1) and made.unwrapped.default_difficulty == 2
-
-
-GOLDEN = {
-    ("train", 0, 1): "e2f4cfcb0a48d6bc884bae31067b23e2950409c9cd04d570d2dbae6fa59f1a3b",
-    ("train", 1, 2): "8899b0e4d77669d8f9370cbddf81cd88d86f37c088afc69b28ae6a3f08f3daf4",
-    ("train", 2, 3): "9ae0a8c0ce8cd84e63b420c6f7d7fdbad60cbfecc2fb14d4fc6c9832a03da26f",
-    ("test", 0, 2): "6f6b6af2510cb80e3334a38ee4b11ad2e2fb2063cb2f45aa8c7cfa3c16ab846d",
-    ("test", 5, 3): "a567da2a3fd798a443fe3e973d54bd9249a6c7482f7ee2807c3bcf0c2d24d2cc",
-}
-
-
-@pytest.mark.parametrize(("split", "seed", "difficulty"), sorted(GOLDEN))
-def test_golden_instances(env, split, seed, difficulty):
-    env.reset(seed=seed, options={"split": split, "difficulty": difficulty})
-    assert hashlib.sha256(env.render_instance().encode()).hexdigest() == GOLDEN[(split, seed, difficulty)]
 
 
 @pytest.mark.parametrize("difficulty", [1, 2, 3])
@@ -78,11 +62,6 @@ def test_unknown_ablation_names_the_supported_ones(env):
         env.oracle_actions(without="telepathy")
     assert set(env.ablatable_capabilities) <= set(CAPABILITIES)
     assert env.oracle_actions(without=None) == env.oracle_actions()
-    v0 = gym.make("trace/retail-v0").unwrapped
-    v0.reset(seed=0)
-    assert v0.ablatable_capabilities == ()
-    with pytest.raises(ValueError, match="retail-v1 supports"):
-        v0.oracle_actions(without="policy-adherence")
 
 
 @pytest.mark.parametrize("capability", RetailEnvV1.ablatable_capabilities)
@@ -186,10 +165,10 @@ def test_an_amount_counts_when_it_is_the_answer_not_one_of_many():
     refund = Need("refund_amount", "money", 30.0)
     assert stated_amounts("Your refund of $30.00 is on its way.", refund) == {30.0}
     assert 30.0 in stated_amounts("The lamp was $10.00 and the mug $20.00, so the refund is $30.00.", refund)
-    assert told_v1(refund, ["You will get 30 dollars back."])
-    assert not told_v1(refund, ["Refund: $1.00, $2.00, $30.00, $4.00, $5.00, $6.00, $7.00."])
-    assert not told_v1(refund, [f"Your refund is ${v}.00." for v in (10, 20, 30, 40)])  # guessing over turns
-    assert not told_v1(refund, ["Order #W3000000 for item 3000000000"])  # ids are not amounts
+    assert told(refund, ["You will get 30 dollars back."])
+    assert not told(refund, ["Refund: $1.00, $2.00, $30.00, $4.00, $5.00, $6.00, $7.00."])
+    assert not told(refund, [f"Your refund is ${v}.00." for v in (10, 20, 30, 40)])  # guessing over turns
+    assert not told(refund, ["Order #W3000000 for item 3000000000"])  # ids are not amounts
 
 
 def test_a_status_counts_when_it_is_stated_alone():
@@ -198,7 +177,7 @@ def test_a_status_counts_when_it_is_stated_alone():
     assert stated_status("It is delivered; only orders that haven't been processed can be cancelled.") == {
         "delivered"
     }
-    assert not told_v1(status, ["Status check: pending, processed, delivered, cancelled. I cannot do that."])
+    assert not told(status, ["Status check: pending, processed, delivered, cancelled. I cannot do that."])
 
 
 # ---- generator fixes ------------------------------------------------------------------------------------------

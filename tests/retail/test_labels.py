@@ -32,13 +32,11 @@ def index(actions: list[dict[str, Any]], tool: str | None = None, text: str | No
 def test_oracle_is_present_everywhere(env):
     find_seed(env, single("cancel", "id"))
     reward, info, _ = play(env, env.oracle_actions())
-    assert reward == 1.0 and info["reward_components"] == {
-        "final_state": 1.0,
-        "facts": 1.0,
-        "transfer": 1.0,
-        "policy": 1.0,
-    }
-    assert info["requirements"] == {"precondition-checking": "PRESENT", "precise-arguments": "PRESENT"}
+    assert reward == 1.0 and set(info["reward_components"].values()) == {1.0}
+    assert set(info["reward_components"]) == {
+        "final_state", "facts", "no_amount_spraying", "informed", "transfer", "policy"
+    }  # fmt: skip
+    assert set(info["requirements"].values()) == {"PRESENT"}
 
 
 def test_write_without_reading_the_order_lacks_precondition_checking(env):
@@ -47,7 +45,7 @@ def test_write_without_reading_the_order_lacks_precondition_checking(env):
     del actions[index(actions, "get_order_details")]
     reward, info, _ = play(env, actions)
     assert info["requirements"]["precondition-checking"] == "LACKING"
-    assert reward == 1.0  # nothing else went wrong: the label, not the reward, records the missing check
+    assert reward == 0.0 and info["reward_components"]["informed"] == 0.0  # the policy says: read first
 
 
 def test_write_without_confirmation_breaks_the_policy(env):
@@ -149,7 +147,10 @@ def test_missing_transfer(env):
     actions = env.oracle_actions()[:-1] + [say("I cannot help with that.")] * 8
     reward, info, _ = play(env, actions)
     assert reward == 0.0 and info["reward_components"]["transfer"] == 0.0
-    assert info["requirements"]["policy-adherence"] == "LACKING"
+    labels = info[
+        "requirements"
+    ]  # a transfer request raised after another: multi-step, or policy when engaged
+    assert "LACKING" in (labels["policy-adherence"], labels.get("multi-step-completion"))
 
 
 def test_giving_up_after_the_old_email_lacks_error_recovery(env):

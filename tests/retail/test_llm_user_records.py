@@ -1,4 +1,4 @@
-"""``user="llm"`` on trace/retail-v1, against the local OpenAI-compatible stand-in (127.0.0.1 only): the v1
+"""``user="llm"`` on trace/retail-v2, against the local OpenAI-compatible stand-in (127.0.0.1 only): the v1
 verifier scores an LLM-played user's conversation (confirmations read off its replies, facts by their
 markers) as it scores the scripted user's."""
 
@@ -14,11 +14,11 @@ from trace_gym.targets.retail.llm_user import RetailLLMUser
 
 def test_oracle_scores_one_with_an_llm_played_user(standin):
     env = gym.make(
-        "trace/retail-v1", user="llm", user_model="stand-in", user_base_url=standin.base_url
+        "trace/retail-v2", user="llm", user_model="stand-in", user_base_url=standin.base_url
     ).unwrapped
     scored = 0
     for seed in range(12):
-        scripted = gym.make("trace/retail-v1").unwrapped
+        scripted = gym.make("trace/retail-v2").unwrapped
         scripted.reset(seed=seed, options={"split": "train"})
         if len(scripted.task.requests) != 1 or scripted.task.requests[0].push:
             continue

@@ -26,6 +26,9 @@ def test_reveals_identity_only_when_asked(env):
 def test_old_email_then_name_and_zip_after_not_found(env):
     find_seed(env, lambda t: t.auth == "old_email")
     assert "My email is" in env.messages[1]["content"]
+    env.step(say("I could not find an account with that email."))  # no failed lookup: nothing happened
+    assert env.task.initial_state["users"][env.task.user_id]["address"]["zip"] not in last_user(env)
+    env.step(env.oracle_actions()[0])  # the lookup with the old email, which fails
     env.step(say("I could not find an account with that email."))
     assert env.task.initial_state["users"][env.task.user_id]["address"]["zip"] in last_user(env)
 
@@ -36,7 +39,12 @@ def test_confirms_only_orders_of_its_goal(env):
     other = next(o for o in env.task.initial_state["orders"] if o != goal)
     env.step(say(f"Shall I cancel order {other}?"))
     assert last_user(env).startswith("No")
-    env.step(say(f"Shall I cancel order {goal}?"))
+    env.step(say(f"Shall I cancel order {goal}?"))  # no reason, no refund: not a proposal to say yes to
+    assert last_user(env).startswith("Before I say yes")
+    proposal = next(
+        a["content"] for a in env.oracle_actions() if "Do you confirm" in (a.get("content") or "")
+    )
+    env.step(say(proposal))
     assert last_user(env) == "Yes, please go ahead."
     assert [o for _, o in env.episode.user.confirmations] == [goal]
     env.step(say("Do you want me to proceed?"))

@@ -1,8 +1,18 @@
-"""``trace/retail-v0``: a procedurally generated customer-service domain in the style of tau-bench retail."""
+"""``trace/retail-v2``: a procedurally generated customer-service domain in the style of tau-bench retail.
+
+The generator is ``tasks.py``, the scripted user ``user.py`` (reading messages with ``reading.py``), the
+verifier ``verifier.py``; ``oracle_actions(without=...)`` plays the oracle with one capability removed
+(:data:`ABLATIONS`). A task's key (its requests and what they are about, without names and ids) decides its
+split, so no test task occurs in the train split.
+
+Versions: v0 (keyword user) and v1 (hedged answers and refused writes passed, a user strict on wording) are
+retired; their ids answer with Gymnasium's "deprecated, use trace/retail-v2".
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import json
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -13,9 +23,20 @@ from trace_gym.targets.retail.llm_user import RetailLLMUser
 from trace_gym.targets.retail.policy import HINT, POLICY
 from trace_gym.targets.retail.tasks import Task, generate_task
 from trace_gym.targets.retail.tools import TOOLS
-from trace_gym.targets.retail.user import RetailUser
+from trace_gym.targets.retail.user import RetailUser, UserRecords
 from trace_gym.targets.retail.verifier import evaluate
 from trace_gym.worlds import State, Tool
+from trace_gym.worlds.world import canonical_json
+
+# Capability -> what the scripted agent "oracle minus that capability" does.
+ABLATIONS: dict[str, str] = {
+    "precondition-checking": "never reads the orders and products a request is about before acting or answering",
+    "policy-adherence": "never asks the user to confirm a change",
+    "information-gathering": "never asks the user for what only the user knows (it uses the values unasked)",
+    "multi-step-completion": "stops after the first request (says goodbye to every later one)",
+}
+PRECONDITION_READS = ("get_order_details", "get_product_details")
+GOODBYE = "I'm glad I could help with that. Have a great day!"
 
 USERS = ("scripted", "llm")
 LLM_USER_OPTIONS = ("temperature", "seed", "max_tokens", "max_replies", "system_template", "greeting")
@@ -40,20 +61,22 @@ class RetailEnv(ChatToolEnv):
         ``transfer_to_human_agents``, ``respond_to_user``; a turn without tool calls (or a
         ``respond_to_user`` call) is a message to the user.
     Rewards
-        Terminal, 1.0 or 0.0: 1.0 when the final database equals the expected one, every required fact was
-        told, a transfer happened iff needed, and no policy rule was broken (``info["reward_components"]``).
+        Terminal, 1.0 or 0.0: 1.0 when the final database equals the expected one, the first answer stated
+        for every required fact was right (one figure), no message sprayed amounts, writes and answers came
+        after the reads they need, a transfer happened iff needed, and no policy rule was broken, an
+        attempted write the tools refused included (``info["reward_components"]``, see ``verifier.py``).
         ``info["requirements"]`` labels each capability the task requires PRESENT or LACKING.
     Termination
         ``terminated`` when the user ends the conversation (goal met or patience exhausted, ``###STOP###``)
         or on a transfer; ``truncated`` after ``max_turns`` (default 50) agent turns or ``max_invalid_turns``
         invalid ones.
     Difficulty
-        1: 6 products, 4 users, one request, few hidden facts; 2 (the default of ``trace/retail-v0``):
+        1: 6 products, 4 users, one request, few hidden facts; 2 (the default of ``trace/retail-v2``):
         10 products, 8 users, one or two requests, pushes and transfers, obstacles; 3: 14 products, 12
         users, two or three requests, two-item changes, more hidden facts.
     Splits
-        ``options={"split": "train"}`` / ``{"split": "test"}`` map seed i to disjoint ranges; the fixed
-        evaluation set is test seeds 0..199 at the default difficulty.
+        ``options={"split": "train"}`` / ``{"split": "test"}``: a content split (a task's key, see
+        :meth:`task_key`, decides its split); the fixed evaluation set is test seeds 0..199 at difficulty 2.
     User
         ``user="scripted"`` (default): the deterministic scripted user. ``user="llm"``: the user is played
         by ``user_model`` behind an OpenAI-compatible server (``user_base_url``, else ``$OPENAI_BASE_URL``
@@ -65,17 +88,14 @@ class RetailEnv(ChatToolEnv):
 
     capability = ""
     description = (
-        "Retail customer service (tau-bench style): orders, returns, exchanges, policy, scripted user. "
-        "Superseded by trace/retail-v1 (kept for its golden instances and earlier results)."
+        "Retail customer service (tau-bench style): orders, returns, exchanges, policy; a scripted user that "
+        "reads requests by structure; first-answer facts, refused writes count as violations."
     )
-    superseded_by: str | None = "trace/retail-v1"
+    superseded_by: str | None = None
     difficulty_levels = (1, 2, 3)
     default_difficulty = 2
-    # What a version changes: the generator, the policy and hint texts, the scripted user, the verifier.
-    version: ClassVar[int] = 0
-    policy_text: ClassVar[str] = POLICY
-    hint_text: ClassVar[str] = HINT
-    verify: ClassVar[Callable[..., Evaluation]] = staticmethod(evaluate)
+    ablatable_capabilities: ClassVar[tuple[str, ...]] = tuple(ABLATIONS)
+    content_split: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -95,7 +115,7 @@ class RetailEnv(ChatToolEnv):
         if user == "llm" and not user_model:
             raise ValueError(
                 'user="llm" needs user_model, the model name the OpenAI-compatible server serves '
-                '(e.g. gym.make("trace/retail-v0", user="llm", user_model="Qwen/Qwen2.5-7B-Instruct"))'
+                '(e.g. gym.make("trace/retail-v2", user="llm", user_model="Qwen/Qwen2.5-7B-Instruct"))'
             )
         if user == "scripted" and (user_model or user_base_url or user_api_key or user_options):
             raise ValueError('user_model, user_base_url, user_api_key and user_options need user="llm"')
@@ -115,9 +135,9 @@ class RetailEnv(ChatToolEnv):
         return list(TOOLS.values())
 
     def _new_episode(self, rng: np.random.Generator, difficulty: int) -> Episode:
-        task = generate_task(rng, difficulty, version=self.version)
+        task = generate_task(rng, difficulty)
         self.task = task
-        user: RetailUser
+        user: UserRecords
         if self.user_client is not None:
             assert self.user_model is not None
             user = RetailLLMUser(
@@ -129,18 +149,15 @@ class RetailEnv(ChatToolEnv):
                 **self.user_options,
             )
         else:
-            user = self._scripted_user(task)
+            user = RetailUser(task, state=self._live_state, clock=lambda: self.turn, calls=lambda: self.calls)
         return Episode(
-            system_prompt=self.policy_text,
+            system_prompt=POLICY,
             state=task.initial_state,
             user=user,
             instance={"difficulty": difficulty, "state": task.initial_state, "task": task.describe()},
-            hint=self.hint_text,
+            hint=HINT,
             value_pool=value_pool(task),
         )
-
-    def _scripted_user(self, task: Task) -> RetailUser:
-        return RetailUser(task, state=self._live_state, clock=lambda: self.turn)
 
     def _live_state(self) -> State:
         assert self.world is not None
@@ -148,18 +165,35 @@ class RetailEnv(ChatToolEnv):
 
     def _evaluate(self) -> Evaluation:
         assert self.task is not None and self.world is not None and self.episode is not None
-        assert isinstance(self.episode.user, RetailUser)
-        return self.verify(self.task, self.world.state, self.calls, self.episode.user)
+        assert isinstance(self.episode.user, UserRecords)
+        return evaluate(self.task, self.world.state, self.calls, self.episode.user)
+
+    def task_key(self) -> str:
+        """What makes two instances the same task: the requests (kind, variant, obstacle, push, transfer), the
+        authentication path, and the products and amounts they are about; names, ids and wording left out."""
+        if self.task is None:
+            raise RuntimeError("call reset() before task_key()")
+        return canonical_json(task_content(self.task))
+
+    def first_user_message(self) -> str:
+        """The user's opening message of the current instance (``trace check`` reports how many test
+        episodes open like a train episode)."""
+        if self.task is None:
+            raise RuntimeError("call reset() before first_user_message()")
+        return self.task.opening
 
     def oracle_actions(self, without: str | None = None) -> list[dict[str, Any]]:
-        if without is not None:
-            raise ValueError(
-                f"trace/retail-v0 removes no capability (asked: {without!r}); trace/retail-v1 supports "
-                "precondition-checking, policy-adherence, information-gathering, multi-step-completion"
-            )
+        """The reference solution (``without=None``), or the scripted agent "oracle minus one capability"
+        (one of :attr:`ablatable_capabilities`, see :data:`ABLATIONS`)."""
         if self.task is None:
             raise RuntimeError("call reset() before oracle_actions()")
-        return [dict(action) for action in self.task.oracle]
+        if without is None:
+            return [dict(action) for action in self.task.oracle]
+        if without not in ABLATIONS:
+            raise ValueError(
+                f"cannot remove capability {without!r}; supported: {', '.join(self.ablatable_capabilities)}"
+            )
+        return ablated_oracle(self.task, without)
 
 
 def value_pool(task: Task) -> dict[str, list[Any]]:
@@ -190,3 +224,62 @@ def value_pool(task: Task) -> dict[str, list[Any]]:
         "country": ["USA"],
         "expression": ["1 + 1", "100 - 12.5", "(20 + 30) * 2"],
     }
+
+
+def task_content(task: Task) -> dict[str, Any]:
+    state = task.initial_state
+
+    def products(order_id: str | None) -> list[str]:
+        order = state["orders"].get(order_id) if order_id else None
+        return sorted(item["name"] for item in order["items"]) if order else []
+
+    return {
+        "auth": task.auth,
+        "requests": [
+            {
+                "kind": r.kind,
+                "variant": r.variant,
+                "obstacle": r.obstacle,
+                "push": r.push,
+                "transfer": r.transfer,
+                "products": products(r.order_id),
+                "needs": [[n.name, n.value] for n in r.needs],
+                "writes": [[w.tool, sorted(k for k in w.args if k != "order_id")] for w in r.writes],
+            }
+            for r in task.requests
+        ],
+    }
+
+
+def ablated_oracle(task: Task, without: str) -> list[dict[str, Any]]:
+    """The oracle's actions with one capability removed (see :data:`ABLATIONS`)."""
+    if without == "multi-step-completion":
+        later = sum(len(r.script) for r in task.requests[1:])
+        kept = task.oracle[: len(task.oracle) - later]
+        return [dict(a) for a in kept] + [{"content": GOODBYE} for _ in range(8)]
+    asks = set(task.asks).union(*(r.asks for r in task.requests))
+    targets = {(tool, key) for r in task.requests for tool, key in r.reads}
+    actions: list[dict[str, Any]] = []
+    for action in task.oracle:
+        content = action.get("content") or ""
+        if not action.get("tool_calls"):
+            if without == "policy-adherence" and content.endswith("Do you confirm (yes/no)?"):
+                continue
+            if without == "information-gathering" and content in asks:
+                continue
+            actions.append(dict(action))
+            continue
+        calls = action["tool_calls"]
+        if without == "precondition-checking":
+            calls = [c for c in calls if not _target_read(c, targets)]
+        if calls:
+            actions.append({**action, "tool_calls": calls})
+    return actions
+
+
+def _target_read(call: dict[str, Any], targets: set[tuple[str, str]]) -> bool:
+    fn = call["function"]
+    if fn["name"] not in PRECONDITION_READS:
+        return False
+    arguments = json.loads(fn["arguments"])
+    return any((fn["name"], value) in targets for value in arguments.values())

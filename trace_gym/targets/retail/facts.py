@@ -1,15 +1,16 @@
-"""What counts as "the agent told the user X": loose matching of amounts and words in free text.
+"""What counts as "the agent told the user X": the first answer the agent states for it, read by value.
 
-Amounts are matched by value, not by format: "$1,234.50", "1234.5" and "USD 1234.50" all tell 1234.5.
+Amounts are matched by value, not by format: "$1,234.50", "1234.5" and "USD 1234.50" all tell 1234.5. A fact
+counts only when the *first* answer the agent states for it is right, and one answer is one figure: a message
+that states two figures for one fact ("either $A or $B") is a wrong answer, and a right figure after a wrong
+one ("sorry, correction: $B") does not repair it (:func:`told`).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
-
-NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -20,27 +21,11 @@ class Need:
     kind: Literal["money", "word", "refusal"]
     value: float | str
 
-    def told_in(self, text: str) -> bool:
-        if self.kind == "money":
-            return any(abs(number - float(self.value)) < 0.005 for number in numbers(text))
-        return re.search(rf"\b{re.escape(str(self.value))}\b", text, re.IGNORECASE) is not None
-
-
-def numbers(text: str) -> list[float]:
-    found = []
-    for match in NUMBER.findall(text):
-        try:
-            found.append(float(match.replace(",", "")))
-        except ValueError:  # e.g. "1,2,3" collapses to a number anyway; anything else is skipped
-            continue
-    return found
-
 
 def fmt(amount: float) -> str:
     return f"${amount:,.2f}"
 
 
-# ---- v1: a fact counts only when stated as the answer ----------------------------------------------------------
 # An amount is a number written as money: with a currency sign or word, or with cents. Ids (#W1234567,
 # credit_card_1234567), item ids, zip codes, counts and dates are not amounts.
 AMOUNT = re.compile(
@@ -49,7 +34,6 @@ AMOUNT = re.compile(
     re.IGNORECASE,
 )
 MAX_AMOUNTS_PER_MESSAGE = 6  # a message naming more distinct amounts is a list of candidates: it tells none
-MAX_STATED_PER_NEED = 3  # more distinct amounts stated for one need over a request is guessing: none counts
 PAIR_AFTER, PAIR_BEFORE = 48, 32  # characters between a need's keyword and its amount
 NEED_KEYWORDS: dict[str, re.Pattern[str]] = {
     "refund_amount": re.compile(r"refund|credited|reimburs|money back|get back|paid back", re.IGNORECASE),
@@ -137,20 +121,42 @@ def stated_status(text: str) -> set[str]:
     }
 
 
-def told_v1(need: Need, messages: list[str]) -> bool:
-    """``need`` was stated as the answer in one of ``messages`` (the agent's messages of one request), and not
-    drowned among guesses: at most :data:`MAX_STATED_PER_NEED` distinct amounts stated for it, and exactly one
-    status (the right one) for a word need."""
+def answer(need: Need, text: str) -> set[Any]:
+    """The figures ``text`` states as the answer to ``need`` (amounts rounded to cents, or statuses)."""
     if need.kind == "money":
-        stated: set[float] = set()
-        for text in messages:
-            stated |= stated_amounts(text, need)
-        if len(stated) > MAX_STATED_PER_NEED:
-            return False
-        return any(abs(v - float(need.value)) < 0.005 for v in stated)
-    if need.kind == "refusal":
-        return any(REFUSAL.search(text) and OTHER_PERSON.search(text) for text in messages)
-    statuses: set[str] = set()
+        return stated_amounts(text, need)
+    if need.kind == "word":
+        return stated_status(text)
+    return {True} if REFUSAL.search(text) and OTHER_PERSON.search(text) else set()
+
+
+def first_answer(need: Need, messages: list[str]) -> set[Any] | None:
+    """The figures of the first message that states any for ``need`` (None: no message does)."""
     for text in messages:
-        statuses |= stated_status(text)
-    return statuses == {str(need.value).lower()}
+        found = answer(need, text)
+        if found:
+            return found
+    return None
+
+
+def _right(need: Need, figures: set[Any]) -> bool:
+    if need.kind == "money":
+        return len(figures) == 1 and abs(float(next(iter(figures))) - float(need.value)) < 0.005
+    if need.kind == "word":
+        return figures == {str(need.value).lower()}
+    return figures == {True}
+
+
+def told(need: Need, messages: list[str]) -> bool:
+    """``need`` was told: the first answer stated for it (in ``messages``, the agent's messages of one request,
+    in order) is one figure, the right one. A refusal is told by any message that refuses for another person."""
+    if need.kind == "refusal":
+        return any(answer(need, text) for text in messages)
+    first = first_answer(need, messages)
+    return first is not None and _right(need, first)
+
+
+def stated(need: Need, messages: list[str]) -> bool:
+    """Some answer was stated for ``need``, right or wrong (the user moves on either way, so its reaction does
+    not reveal which figure was right)."""
+    return first_answer(need, messages) is not None

@@ -28,7 +28,7 @@ from typing import Any
 
 from trace_gym.openai_client import OpenAIClient
 from trace_gym.targets.retail.tasks import Request, Task, UserFact
-from trace_gym.targets.retail.user import ORDER_ID, RetailUser
+from trace_gym.targets.retail.user import ORDER_ID, UserRecords
 from trace_gym.worlds import STOP, State, UserReply
 from trace_gym.worlds.llm_user import LLMUser
 
@@ -126,7 +126,7 @@ answer "Yes, please go ahead." When all your requests are handled, or the agent 
 thank the agent and end your message with {STOP}."""
 
 
-class RetailLLMUser(RetailUser):
+class RetailLLMUser(UserRecords):
     """The retail user with an LLM's words and the scripted user's bookkeeping (see the module doc)."""
 
     def __init__(

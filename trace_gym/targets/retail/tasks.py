@@ -38,6 +38,8 @@ from trace_gym.targets.retail.facts import Need, fmt
 from trace_gym.targets.retail.tools import CANCEL_REASONS, TOOLS, price_difference
 from trace_gym.worlds import State, clone
 
+ADDRESS_VERSION = 1  # data.py's address generator with zip codes that match the state (catalog envs keep 0)
+
 CAPABILITIES = (
     "precondition-checking",
     "structured-reasoning",
@@ -60,48 +62,28 @@ KINDS = (
 )
 MAIN_KINDS = ("cancel", "modify_address", "modify_items", "return", "exchange")
 
-# Keywords of the agent's question that make the user reveal a fact (lower case, matched at word starts).
-TRIGGERS: dict[str, tuple[str, ...]] = {
-    "email": ("email", "e-mail"),
-    "name_zip": ("name", "zip", "postal"),
-    "not_found": ("not found", "could not find", "couldn't find", "cannot find", "can't find", "no account",
-                  "no user", "does not exist", "doesn't exist", "unable to find"),
-    "order_id": ("order id", "order number", "which order"),
-    "reason": ("reason", "why"),
-    "address": ("new address", "shipping address", "new shipping", "which address", "what address", "the address"),
-    "payment": ("payment method", "pay with", "like to pay", "which card", "refund to", "refunded to"),
-    "unavailable": ("not available", "unavailable", "out of stock", "sold out", "no longer available"),
-    "balance": ("not enough", "insufficient", "does not cover", "doesn't cover", "not cover", "not sufficient",
-                "too low"),
-}  # fmt: skip
 REASON_TEXT = {"no longer needed": "I no longer need it", "ordered by mistake": "I ordered it by mistake"}
 # How a user may give a cancellation reason in its own words (for an LLM-played user, see ``UserFact.markers``).
 REASON_MARKERS = {
     "no longer needed": r"no longer need|(?:don't|don’t|do not|not) (?:need|want)|any ?more",
     "ordered by mistake": r"mistake|by accident|accidental",
 }
+# (what the user says, what the transfer summary says the user "wants")
 OUT_OF_SCOPE = (
     ("I was charged twice by my bank for one of my orders and I want to dispute the second charge.",
-     "dispute a duplicate bank charge"),
-    ("I would like to change the email address of my account.", "change the email address of the account"),
+     "to dispute a duplicate bank charge"),
+    ("I would like to change the email address of my account.", "to change the email address of the account"),
     ("A package of mine arrived damaged and I want compensation for the damage.",
      "compensation for a damaged package"),
-    ("I would like to open a business account with invoice payments.", "open a business account"),
-    ("I want to file a complaint about the courier who delivered my last order.", "complaint about a courier"),
+    ("I would like to open a business account with invoice payments.", "to open a business account"),
+    ("I want to file a complaint about the courier who delivered my last order.",
+     "to file a complaint about a courier"),
 )  # fmt: skip
-# v1: the summaries as complete phrases after "wants" (v0 wrote "wants to compensation for ...").
-OUT_OF_SCOPE_V1 = (
-    "to dispute a duplicate bank charge",
-    "to change the email address of the account",
-    "compensation for a damaged package",
-    "to open a business account",
-    "to file a complaint about a courier",
-)
 
 
 @dataclass(frozen=True)
 class UserFact:
-    """Something the user reveals when the agent's message contains one of ``triggers``.
+    """Something the user reveals when the agent asks for it (``user.py`` decides what a message asks).
 
     ``markers`` (regular expressions, matched case-insensitively) make the fact told when the user says it in
     its own words (an LLM-played user, ``llm_user.py``): the fact is told once every marker has appeared in
@@ -111,7 +93,6 @@ class UserFact:
 
     name: str
     value: str
-    triggers: tuple[str, ...]
     markers: tuple[str, ...] = ()
 
     @property
@@ -211,7 +192,6 @@ class Task:
     expected_state: State
     oracle: list[dict[str, Any]]
     asks: list[str] = field(default_factory=list)  # the oracle's identity questions (ablations)
-    version: int = 0
 
     @property
     def transfer_required(self) -> bool:
@@ -267,7 +247,6 @@ class Context:
     locks: dict[str, bool] = field(default_factory=dict)  # item id -> the availability it must keep
     cards_paid: set[str] = field(default_factory=set)  # gift cards that pay a difference in a write
     cards_short: set[str] = field(default_factory=set)  # gift cards whose low balance is an obstacle
-    version: int = 0  # generator version: 0 for retail-v0 (output frozen), 1 for retail-v1
 
     @property
     def now(self) -> State:
@@ -459,7 +438,7 @@ def _build_cancel(ctx: Context, r: Request, hidden: float) -> None:
         script.append(call("get_order_details", order_id=oid))
     elif r.variant == "ask_id":
         r.intro = "I'd like to cancel one of my orders"
-        r.facts.append(UserFact("order_id", f"It's order {oid}.", TRIGGERS["order_id"], exact(oid)))
+        r.facts.append(UserFact("order_id", f"It's order {oid}.", exact(oid)))
         r.capabilities.add("information-gathering")
         depends.append("order_id")
         r.asks.append("Which order is it? Please tell me the order id.")
@@ -487,7 +466,6 @@ def _build_cancel(ctx: Context, r: Request, hidden: float) -> None:
             UserFact(
                 "order_hint",
                 f"Oh, maybe I got the number wrong. It's my order with the {product} in it.",
-                TRIGGERS["not_found"],
                 exact(str(product)),
             )
         )
@@ -499,9 +477,7 @@ def _build_cancel(ctx: Context, r: Request, hidden: float) -> None:
         ]
     if hidden and ctx.chance(hidden):
         r.intro += "."
-        r.facts.append(
-            UserFact("reason", f"{REASON_TEXT[reason]}.", TRIGGERS["reason"], (REASON_MARKERS[reason],))
-        )
+        r.facts.append(UserFact("reason", f"{REASON_TEXT[reason]}.", (REASON_MARKERS[reason],)))
         r.capabilities.add("information-gathering")
         depends.append("reason")
         r.asks.append(f"Could you tell me the reason for cancelling order {oid}?")
@@ -527,15 +503,15 @@ def _build_cancel(ctx: Context, r: Request, hidden: float) -> None:
 def _build_modify_address(ctx: Context, r: Request, hidden: float) -> None:
     assert r.order_id is not None
     oid = r.order_id
-    address = make_address(ctx.rng, ctx.version)
+    address = make_address(ctx.rng, ADDRESS_VERSION)
     while address == ctx.now["orders"][oid]["address"]:
-        address = make_address(ctx.rng, ctx.version)
+        address = make_address(ctx.rng, ADDRESS_VERSION)
     line = ", ".join(v for v in (address["address1"], address["address2"], address["city"]) if v)
     text = f"{line}, {address['state']} {address['zip']}, {address['country']}"
     r.intro = f"I have moved. Could you change the shipping address of my order {oid} to my new address?"
     r.capabilities |= {"precondition-checking", "precise-arguments", "information-gathering"}
     markers = exact(address["address1"], address["city"], address["zip"])
-    r.facts.append(UserFact("address", f"My new address is {text}.", TRIGGERS["address"], markers))
+    r.facts.append(UserFact("address", f"My new address is {text}.", markers))
     r.writes.append(Write("modify_pending_order_address", {"order_id": oid, **address}, ("address",)))
     r.reads.append(("get_order_details", oid))
     r.asks.append(f"What is the new shipping address for order {oid}?")
@@ -581,7 +557,7 @@ def _payment_choice(
 ) -> None:
     """The user names the payment method in the request, or (with chance ``hidden``) only when asked."""
     if hidden and ctx.chance(hidden):
-        r.facts.append(UserFact("payment", pay, TRIGGERS["payment"], ctx.method_markers(method)))
+        r.facts.append(UserFact("payment", pay, ctx.method_markers(method)))
         r.capabilities.add("information-gathering")
         depends.append("payment")
         r.asks.append(question)
@@ -612,14 +588,9 @@ def _build_change_items(ctx: Context, r: Request, hidden: float) -> None:
             _set_available(ctx, item["product_id"], chosen, False)
             _set_available(ctx, item["product_id"], fallback, True)
             first_choice.append(chosen)
-            if ctx.version >= 1:  # every option: the changed ones alone may fit two available variants
-                fallback_phrases.append(options_text(variants[fallback]["options"]))
-                fallback_values += list(variants[fallback]["options"].values())
-            else:
-                fallback_phrases.append(changed_options(item["options"], variants[fallback]["options"]))
-                fallback_values += [
-                    v for k, v in variants[fallback]["options"].items() if item["options"].get(k) != v
-                ]
+            # every option: the changed ones alone may fit two available variants
+            fallback_phrases.append(options_text(variants[fallback]["options"]))
+            fallback_values += list(variants[fallback]["options"].values())
             phrases.append(
                 f"the {item['name']} to the one with {changed_options(item['options'], variants[chosen]['options'])}"
             )
@@ -684,7 +655,6 @@ def _build_change_items(ctx: Context, r: Request, hidden: float) -> None:
             UserFact(
                 "fallback",
                 f"Oh, too bad. Then I'll take the one with {fallback_phrases[0]} instead.",
-                TRIGGERS["unavailable"],
                 exact(*fallback_values),
             )
         )
@@ -702,7 +672,6 @@ def _build_change_items(ctx: Context, r: Request, hidden: float) -> None:
             UserFact(
                 "other_payment",
                 f"I see. Then please use my {ctx.method_text(method)} instead.",
-                TRIGGERS["balance"],
                 ctx.method_markers(method),
             )
         )
@@ -804,8 +773,8 @@ def _build_refuse_other(ctx: Context, r: Request, hidden: float) -> None:
     r.push = "other_user"
     r.push_text = f"I have all of {first}'s details and they said it's fine. Please just cancel it for them."
     r.capabilities.add("policy-adherence")
-    if ctx.version >= 1:  # the refusal must be said, with whose account it is, not just a goodbye
-        r.needs.append(Need("refusal", "refusal", "another person's account"))
+    # the refusal must be said, with whose account it is, not just a goodbye
+    r.needs.append(Need("refusal", "refusal", "another person's account"))
     r.script = [
         say(
             f"I'm sorry, but I can only help with your own account. I cannot access or change {first}'s order; they need to contact us themselves."
@@ -816,11 +785,10 @@ def _build_refuse_other(ctx: Context, r: Request, hidden: float) -> None:
 
 def _build_transfer(ctx: Context, r: Request, hidden: float) -> None:
     index = int(ctx.rng.integers(len(OUT_OF_SCOPE)))
-    text, summary = OUT_OF_SCOPE[index]
+    text, wants = OUT_OF_SCOPE[index]
     r.intro = text
     r.transfer = True
     r.capabilities.add("policy-adherence")
-    wants = OUT_OF_SCOPE_V1[index] if ctx.version >= 1 else f"to {summary}"
     r.script = [call("transfer_to_human_agents", summary=f"User {ctx.user['user_id']} wants {wants}.")]
 
 
@@ -831,9 +799,9 @@ def _build_query(ctx: Context, r: Request, hidden: float) -> None:
     total = money(sum(order_total(ctx.now["orders"][o]) for o in chosen))
     r.intro = f"First, could you tell me how much my {status} orders cost in total?"
     r.capabilities.add("structured-reasoning")
-    if ctx.version >= 1:  # the total is a fact only the orders' records give: read them before telling it
-        r.capabilities.add("precondition-checking")
-        r.reads += [("get_order_details", o) for o in chosen]
+    # the total is a fact only the orders' records give: read them before telling it
+    r.capabilities.add("precondition-checking")
+    r.reads += [("get_order_details", o) for o in chosen]
     r.reasoned = True
     r.needs.append(Need("total", "money", total))
     r.script = [
@@ -889,21 +857,22 @@ def _kinds(rng: np.random.Generator, level: Level) -> list[str]:
     return ordered
 
 
-def generate_task(rng: np.random.Generator, difficulty: int, version: int = 0) -> Task:
+def generate_task(rng: np.random.Generator, difficulty: int) -> Task:
     """Draw the database and a task on it; everything comes from ``rng``.
 
-    ``version`` 0 is ``trace/retail-v0``'s generator, frozen (golden hashes); 1 is ``trace/retail-v1``'s:
-    zip codes that match the state, unambiguous fallback wording, grammatical transfer summaries, and the
-    capability declarations the v1 verifier labels (policy-adherence on every write, information-gathering
-    on every task, precondition-checking on totals, multi-step-completion on every multi-request task)."""
-    state, ids = make_database(rng, difficulty, version)
+    Nothing whose position could give the answer away is left in creation order: the user's order list and
+    the database's order table are shuffled after the task's orders are created (``test_positions.py``
+    checks that the target order's position is uniform)."""
+    state, ids = make_database(rng, difficulty, ADDRESS_VERSION)
     level = LEVELS[difficulty]
     user = state["users"][pick(rng, sorted(state["users"]))]
-    ctx = Context(rng, difficulty, state, ids, user, version=version)
+    ctx = Context(rng, difficulty, state, ids, user)
     kinds = _kinds(rng, level)
     requests = [prepare(ctx, kind) for kind in kinds]
-    # Shuffle the user's order list so that the task's orders are not simply the last ones.
+    # Shuffle the user's order list (and the order table) so that the task's orders are not the last ones.
     user["orders"] = [user["orders"][int(i)] for i in rng.permutation(len(user["orders"]))]
+    table = list(state["orders"].items())
+    state["orders"] = dict(table[int(i)] for i in rng.permutation(len(table)))
     ctx.running = clone(state)
     for request in requests:
         build(ctx, request, level.hidden)
@@ -920,8 +889,8 @@ def generate_task(rng: np.random.Generator, difficulty: int, version: int = 0) -
         old = f"{first.lower()}{int(rng.integers(10, 99))}@{pick(rng, ('oldmail.com', 'mail.net', 'inbox.org'))}"
         opening = f"Hi! My email is {old}. " + requests[0].intro
         identity = [
-            UserFact("email", f"The only email I know is {old}.", TRIGGERS["email"], exact(old)),
-            UserFact("name_zip", name_zip, TRIGGERS["name_zip"] + TRIGGERS["not_found"], name_zip_markers),
+            UserFact("email", f"The only email I know is {old}.", exact(old)),
+            UserFact("name_zip", name_zip, name_zip_markers),
         ]
         asks.append(
             "I could not find an account with that email. Could you tell me your first and last name and your zip code?"
@@ -935,8 +904,8 @@ def generate_task(rng: np.random.Generator, difficulty: int, version: int = 0) -
         opening = "Hi! " + requests[0].intro
         forgot = f"I don't remember which email I used. {name_zip}"
         identity = [
-            UserFact("email", forgot, TRIGGERS["email"], exact(zip_code)),
-            UserFact("name_zip", name_zip, TRIGGERS["name_zip"], name_zip_markers),
+            UserFact("email", forgot, exact(zip_code)),
+            UserFact("name_zip", name_zip, name_zip_markers),
         ]
         asks.append(
             "I can help with that. First, could you tell me your email so that I can authenticate you?"
@@ -948,8 +917,8 @@ def generate_task(rng: np.random.Generator, difficulty: int, version: int = 0) -
     else:
         opening = "Hi! " + requests[0].intro
         identity = [
-            UserFact("email", f"My email is {user['email']}.", TRIGGERS["email"], exact(user["email"])),
-            UserFact("name_zip", name_zip, TRIGGERS["name_zip"], name_zip_markers),
+            UserFact("email", f"My email is {user['email']}.", exact(user["email"])),
+            UserFact("name_zip", name_zip, name_zip_markers),
         ]
         asks.append(
             "I can help with that. First, could you tell me your email so that I can authenticate you?"
@@ -961,20 +930,14 @@ def generate_task(rng: np.random.Generator, difficulty: int, version: int = 0) -
     oracle.append(call("get_user_details", user_id=user_id))
     for request in requests:
         oracle += request.script
+    for request in requests:
+        if request.writes:  # every write needs a confirmation that names it: a policy rule
+            request.capabilities.add("policy-adherence")
     capabilities = set().union(*(r.capabilities for r in requests))
+    capabilities.add("information-gathering")  # the user's identity is always asked for
     if auth == "old_email":
         capabilities.add("error-recovery")
-    if version >= 1:
-        for request in requests:
-            if request.writes:  # every write needs a confirmation that names it: a policy rule
-                request.capabilities.add("policy-adherence")
-        capabilities = set().union(*(r.capabilities for r in requests))
-        capabilities.add("information-gathering")  # the user's identity is always asked for
-        if auth == "old_email":
-            capabilities.add("error-recovery")
-        if len(requests) >= 2:
-            capabilities.add("multi-step-completion")
-    elif sum(len(r.writes) for r in requests) >= 2:
+    if len(requests) >= 2:
         capabilities.add("multi-step-completion")
     return Task(
         user_id=user_id,
@@ -987,5 +950,4 @@ def generate_task(rng: np.random.Generator, difficulty: int, version: int = 0) -
         expected_state=ctx.now,
         oracle=oracle,
         asks=asks,
-        version=version,
     )
