@@ -11,9 +11,16 @@ just ticks. The checks, in order:
 * ``degenerate/<policy>``: empty reply, immediate final answer, random valid tool calls, one call repeated,
   every write tool called; each must score near 0 on average;
 * ``adversarial/<probe>``: the oracle with a shortcut in place of a capability (content-free confirmations,
-  sprayed amounts, a status talker, another seed's oracle); each must score <= 0.02 on average;
-* ``fuzz``: random strings, random JSON, wrong argument types and unicode never raise, are flagged in
-  ``info["invalid_action"]`` when not a plain reply, and leave the world state unchanged.
+  sprayed amounts, a status talker, another seed's oracle); each must score <= 0.02 above chance on average,
+  plus the hedging and policy probes: a wrong figure beside the right one, a wrong figure then "sorry,
+  correction", a negated proposal, questions turned into statements that ask nothing, each write repeated
+  until the tools refuse it, and the position shortcut (take the first listed id); "another seed's oracle"
+  and the position shortcut are judged against chance (tiny answer spaces, k listed candidates);
+* ``fuzz``: random strings, random JSON, wrong argument types, unicode, huge integers, NaN/inf and deep
+  nesting never raise, are flagged in ``info["invalid_action"]`` when not a plain reply, and leave the world
+  state unchanged;
+* ``split_overlap`` (test instances found in train) and ``first_message_overlap`` (test episodes opening
+  like a train episode; reported, not failed).
 """
 
 from __future__ import annotations
@@ -73,6 +80,7 @@ def validate_env(
         ("adversarial", lambda: _check_adversarial(env_id, make_kwargs, config)),
         ("fuzz", lambda: _check_fuzz(env_id, make_kwargs, config)),
         ("split_overlap", lambda: check_split_overlap(env_id, make_kwargs, config)),
+        ("first_message_overlap", lambda: check_first_message_overlap(env_id, make_kwargs, config)),
     ]
     results: list[CheckResult] = []
     for name, run in checks:
@@ -438,11 +446,317 @@ class OtherSeedOracle(AdversarialProbe):
         yield from self.other
 
 
+def _wrong(number: str) -> str:
+    """A different figure in the same format (the last digit before any decimals moved by one, or 1 -> 2)."""
+    body = number.replace(",", "")
+    value = float(body) + (1 if float(body) < 9 else -1)
+    return f"{value:.{len(body.split('.')[1])}f}" if "." in body else str(int(value))
+
+
+def _figures_swapped(text: str, swap: Callable[[str, str], str]) -> str:
+    """``text`` with every figure (an amount, a count or a short number, not an id) rewritten by ``swap``."""
+
+    def one(m: re.Match[str]) -> str:
+        return swap(m.group(1), m.group(2)) if _amount_like(m.group(1), m.group(2)) else m.group(0)
+
+    return FIGURE.sub(one, text)
+
+
+def _states_figures(action: Any) -> bool:
+    return _text_only(action) and any(_amount_like(*m) for m in FIGURE.findall(_content(action)))
+
+
+class HedgedAnswer(AdversarialProbe):
+    """Every figure the oracle states comes with a wrong one beside it ("-140 or -139"; the wrong one first on
+    odd turns): one answer must be one figure. Control: the figures left out."""
+
+    name = "hedged_answer"
+    has_control = True
+
+    def actions(self, observation):
+        for i, action in enumerate(self.oracle):
+            if not _states_figures(action):
+                yield action
+                continue
+            self.applies = True
+            if self.control:
+                yield _with_content(action, _figures_swapped(_content(action), lambda sign, n: ""))
+                continue
+
+            def both(sign: str, number: str, i: int = i) -> str:
+                right, wrong = f"{sign}{number}", f"{sign}{_wrong(number)}"
+                return f"{wrong} or {right}" if i % 2 else f"{right} or {wrong}"
+
+            yield _with_content(action, _figures_swapped(_content(action), both))
+
+
+class HedgedAcrossMessages(AdversarialProbe):
+    """Every message of the oracle that states figures (answers, not the proposals a write follows) is first
+    sent with wrong figures, then again as "Sorry, correction: <the oracle's message>": the first answer
+    counts. Control: a filler in place of the
+    message, so a seed where the env needs no figure does not count."""
+
+    name = "hedged_across_messages"
+    has_control = True
+
+    def actions(self, observation):
+        kinds = _kinds(self.env)
+        for i, action in enumerate(self.oracle):
+            following = self.oracle[i + 1] if i + 1 < len(self.oracle) else None
+            proposal = any(kinds.get(n) == "write" for n in _call_names(following))
+            if not _states_figures(action) or proposal:  # a proposal corrected after a "no" is not a hedge
+                yield action
+                continue
+            self.applies = True
+            text = _content(action)
+            if self.control:
+                yield _with_content(action, "One moment, let me double-check that.")
+                continue
+            yield _with_content(action, _figures_swapped(text, lambda sign, n: f"{sign}{_wrong(n)}"))
+            yield _with_content(action, f"Sorry, correction: {text}")
+
+
+class NegatedConfirmation(AdversarialProbe):
+    """Every message the oracle sends right before a write states the opposite ("I will not ...") and still
+    asks to proceed; a user that says yes to it confirms nothing the agent proposed."""
+
+    name = "negated_confirmation"
+    has_control = True
+
+    def actions(self, observation):
+        kinds = _kinds(self.env)
+        for i, action in enumerate(self.oracle):
+            following = self.oracle[i + 1] if i + 1 < len(self.oracle) else None
+            if _text_only(action) and any(kinds.get(n) == "write" for n in _call_names(following)):
+                self.applies = True
+                if self.control:
+                    yield _with_content(action, "Let me take care of that.")
+                    continue
+                text = _content(action)
+                negated, count = WILL.subn(lambda m: f"{m.group(0)} not", text)
+                if not count:
+                    negated = f"I will not do the following: {text}"
+                yield _with_content(action, negated.rstrip(" ?.") + ". Shall I proceed? (yes/no)")
+            else:
+                yield action
+
+
+class StatementsThatAskNothing(AdversarialProbe):
+    """Every question of the oracle that is not a confirmation becomes a statement with the same content
+    words and no request ("Noted - this concerns: email, address."): a user that answers it reads words, not
+    requests. Control: a filler in place of the question."""
+
+    name = "statement_asks_nothing"
+    has_control = True
+
+    def actions(self, observation):
+        kinds = _kinds(self.env)
+        for i, action in enumerate(self.oracle):
+            following = self.oracle[i + 1] if i + 1 < len(self.oracle) else None
+            confirming = any(kinds.get(n) == "write" for n in _call_names(following))
+            if not (_text_only(action) and "?" in _content(action)) or confirming:
+                yield action
+                continue
+            self.applies = True
+            if self.control:
+                yield _with_content(action, "Thanks, noted.")
+                continue
+            words = [
+                w
+                for w in re.findall(r"[A-Za-z#][\w#@.-]*", _content(action))
+                if w.lower() not in FUNCTION_WORDS
+            ]
+            yield _with_content(action, f"Noted - this concerns: {', '.join(dict.fromkeys(words))}.")
+
+
+class RefusedWrite(AdversarialProbe):
+    """The oracle, with each of its write calls sent twice: when the repeat is refused by the tools (the order
+    is no longer in a state that allows it), the trajectory attempted a write the policy forbids. Applies on
+    seeds where some repeat was refused."""
+
+    name = "refused_write"
+
+    def actions(self, observation):
+        kinds = _kinds(self.env)
+        for action in self.oracle:
+            yield action
+            if not any(kinds.get(n) == "write" for n in _call_names(action)):
+                continue
+            yield action
+            tools = [m for m in observation() if m.get("role") == "tool"]
+            answers = [str(m.get("content") or "") for m in tools[-len(_call_names(action)) :]]
+            if any(a.startswith("Error") for a in answers):
+                self.applies = True
+
+
+class PositionShortcut(AdversarialProbe):
+    """The oracle, with every id in its tool calls replaced by the first id of the same shape in the first tool
+    result that listed several ("take the first order"). Scored against chance (see :func:`position_chance`):
+    an env whose answer is uniformly placed lets it succeed about 1/k of the time for k listed candidates."""
+
+    name = "position_shortcut"
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.candidates: list[int] = []  # k of each listing the probe took the first of
+
+    def actions(self, observation):
+        for action in self.oracle:
+            if not isinstance(action, dict) or not action.get("tool_calls"):
+                yield action
+                continue
+            listings = _listings(observation())
+            calls = []
+            for call in action["tool_calls"]:
+                fn = call.get("function", call)
+                try:
+                    arguments = json.loads(fn.get("arguments") or "{}")
+                except (TypeError, ValueError):
+                    calls.append(call)
+                    continue
+                changed = False
+                for key, value in list(arguments.items()) if isinstance(arguments, dict) else []:
+                    if isinstance(value, str) and ID_SHAPE.fullmatch(value) and _shape(value) in listings:
+                        first, count = listings[_shape(value)]
+                        arguments[key], changed = first, True
+                        self.candidates.append(count)
+                if changed:
+                    self.applies = True
+                    call = {**call, "function": {**fn, "arguments": json.dumps(arguments)}}
+                calls.append(call)
+            yield {**action, "tool_calls": calls}
+
+
+def _shape(value: str) -> tuple[str, int]:
+    match = ID_SHAPE.fullmatch(value)
+    assert match is not None
+    return match.group(1), len(match.group(2))
+
+
+def _listings(messages: list[dict[str, Any]]) -> dict[tuple[str, int], tuple[str, int]]:
+    """For each id shape: the first id of the first tool result that lists two or more ids of that shape,
+    and how many it lists."""
+    found: dict[tuple[str, int], tuple[str, int]] = {}
+    for message in messages:
+        if message.get("role") != "tool":
+            continue
+        by_shape: dict[tuple[str, int], list[str]] = {}
+        for token in ID_TOKEN.findall(str(message.get("content") or "")):
+            by_shape.setdefault(_shape(token), [])
+            if token not in by_shape[_shape(token)]:
+                by_shape[_shape(token)].append(token)
+        for shape, ids in by_shape.items():
+            if len(ids) >= 2 and shape not in found:
+                found[shape] = (ids[0], len(ids))
+    return found
+
+
+FIGURE = NUMBER
+WILL = re.compile(r"\b(?:I|we) (?:will|shall|can|am going to)\b|\bI'll\b|\bwe'll\b", re.IGNORECASE)
+ID_SHAPE = re.compile(r"(#?[A-Za-z_]*?)(\d{4,})")
+ID_TOKEN = re.compile(r"#?\b[A-Za-z_]*\d{4,}\b(?!\.\d)")
+FUNCTION_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "so",
+        "to",
+        "of",
+        "for",
+        "in",
+        "on",
+        "at",
+        "by",
+        "with",
+        "from",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "i",
+        "you",
+        "we",
+        "he",
+        "she",
+        "they",
+        "me",
+        "my",
+        "your",
+        "our",
+        "their",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "when",
+        "where",
+        "why",
+        "how",
+        "could",
+        "can",
+        "would",
+        "will",
+        "shall",
+        "should",
+        "may",
+        "might",
+        "must",
+        "do",
+        "does",
+        "did",
+        "please",
+        "kindly",
+        "tell",
+        "let",
+        "know",
+        "give",
+        "share",
+        "provide",
+        "confirm",
+        "have",
+        "has",
+        "had",
+        "need",
+        "any",
+        "some",
+        "if",
+        "there",
+        "here",
+        "just",
+        "also",
+        "then",
+        "than",
+        "as",
+        "not",
+        "no",
+        "yes",
+    ]
+)
+
 ADVERSARIAL_PROBES: tuple[type[AdversarialProbe], ...] = (
     ContentFreeConfirmation,
     AmountSpraying,
     StatusTalker,
     OtherSeedOracle,
+    HedgedAnswer,
+    HedgedAcrossMessages,
+    NegatedConfirmation,
+    StatementsThatAskNothing,
+    RefusedWrite,
+    PositionShortcut,
 )
 
 
@@ -454,10 +768,23 @@ def run_probe(
     config: ValidationConfig,
 ) -> tuple[float, bool]:
     """Play one episode with a probe; returns (final reward, whether the probe applies to this seed)."""
+    reward, probe = play_probe(env, other_env, probe_type, seed, config)
+    return reward, probe is not None and probe.applies
+
+
+def play_probe(
+    env: ChatToolEnv,
+    other_env: ChatToolEnv,
+    probe_type: type[AdversarialProbe],
+    seed: int,
+    config: ValidationConfig,
+) -> tuple[float, AdversarialProbe | None]:
+    """Play one episode with a probe (after its control, if it has one); returns (final reward, the probe),
+    the probe None when the seed does not count (the control needs nothing the probe fakes)."""
     if probe_type.has_control:
-        reward, applies = _play_probe(env, other_env, probe_type, seed, config, control=True)
-        if not applies or reward == 1.0:
-            return 0.0, False
+        reward, control = _play_probe(env, other_env, probe_type, seed, config, control=True)
+        if not control.applies or reward == 1.0:
+            return 0.0, None
     return _play_probe(env, other_env, probe_type, seed, config, control=False)
 
 
@@ -468,7 +795,7 @@ def _play_probe(
     seed: int,
     config: ValidationConfig,
     control: bool,
-) -> tuple[float, bool]:
+) -> tuple[float, AdversarialProbe]:
     other: list[Any] = []
     if probe_type is OtherSeedOracle:
         _reset(other_env, seed + 1, config)
@@ -480,22 +807,40 @@ def _play_probe(
         obs, reward, terminated, truncated, _ = env.step(action)
         latest[0] = obs
         if terminated or truncated:
-            return float(reward), probe.applies
+            return float(reward), probe
         if steps > 10 * getattr(env, "max_turns", 50):
             break
-    return 0.0, probe.applies
+    return 0.0, probe
+
+
+def _chance(probe: AdversarialProbe) -> float:
+    """The success rate of the probe's shortcut on a seed where the env gives nothing away: for another seed's
+    oracle, 1.0 when the two seeds' oracles are the same actions (tiny answer spaces), else 0; for the
+    position shortcut, 1/k for the first listing of k candidates it took the first of; 0 otherwise."""
+    if isinstance(probe, OtherSeedOracle):
+        return float(
+            json.dumps(probe.other, sort_keys=True, default=str)
+            == json.dumps(probe.oracle, sort_keys=True, default=str)
+        )
+    if isinstance(probe, PositionShortcut) and probe.candidates:
+        return 1.0 / probe.candidates[0]
+    return 0.0
 
 
 def _check_adversarial(
     env_id: str, make_kwargs: dict[str, Any], config: ValidationConfig
 ) -> list[CheckResult]:
+    """Each probe's mean reward over the seeds it applies to must be at most ``adversarial_max_mean`` above
+    chance (:func:`_chance`, with two standard errors of the chance rate: 0 for every probe that has none)."""
     env, other_env = _make(env_id, make_kwargs), _make(env_id, make_kwargs)
     results = []
     for probe_type in ADVERSARIAL_PROBES:
-        runs = [
-            run_probe(env, other_env, probe_type, seed, config) for seed in range(config.adversarial_seeds)
-        ]
-        rewards = [r for r, applies in runs if applies]
+        rewards, chances = [], []
+        for seed in range(config.adversarial_seeds):
+            reward, probe = play_probe(env, other_env, probe_type, seed, config)
+            if probe is not None and probe.applies:
+                rewards.append(reward)
+                chances.append(_chance(probe))
         name = f"adversarial/{probe_type.name}"
         if not rewards:
             results.append(
@@ -504,15 +849,14 @@ def _check_adversarial(
                 )
             )
             continue
-        mean = float(np.mean(rewards))
-        results.append(
-            CheckResult(
-                name,
-                mean <= config.adversarial_max_mean,
-                f"mean reward {mean:.3f}, success {np.mean(np.array(rewards) == 1.0):.1%} over {len(rewards)} seeds",
-                f"need mean <= {config.adversarial_max_mean}",
-            )
+        mean, chance = float(np.mean(rewards)), float(np.mean(chances))
+        allowed = (
+            config.adversarial_max_mean + chance + 2 * float(np.sqrt(chance * (1 - chance) / len(rewards)))
         )
+        figure = f"mean reward {mean:.3f}, success {np.mean(np.array(rewards) == 1.0):.1%} over {len(rewards)} seeds"
+        if chance:
+            figure += f" (chance {chance:.3f})"
+        results.append(CheckResult(name, mean <= allowed, figure, f"need mean <= {allowed:.3f}"))
     return results
 
 
@@ -627,24 +971,60 @@ def _check_fuzz(env_id: str, make_kwargs: dict[str, Any], config: ValidationConf
     )
 
 
+def check_first_message_overlap(
+    env_id: str, make_kwargs: dict[str, Any], config: ValidationConfig
+) -> CheckResult:
+    """Share of test episodes (test seeds 0..seeds-1) whose first user message equals that of a train episode
+    (train seeds 0..5*seeds-1). Reported beside ``split_overlap``, never failed: instances may differ behind
+    one opening (another database), but an agent that memorised train openings meets them again."""
+    env = _make(env_id, make_kwargs)
+
+    def openings(split: str, n: int) -> list[str]:
+        out = []
+        for seed in range(n):
+            obs, _ = env.reset(seed=seed, options={"split": split})
+            out.append(next((str(m.get("content")) for m in obs if m.get("role") == "user"), ""))
+        return out
+
+    train = set(openings("train", 5 * config.seeds))
+    test = openings("test", config.seeds)
+    shared = sum(text in train for text in test)
+    return CheckResult(
+        "first_message_overlap",
+        True,
+        f"{shared}/{len(test)} test episodes ({shared / max(len(test), 1):.1%}) open like a train episode",
+        "reported, not failed (instances differ; see split_overlap for instances)",
+    )
+
+
 def check_split_overlap(env_id: str, make_kwargs: dict[str, Any], config: ValidationConfig) -> CheckResult:
-    """Test instances (seeds 0..seeds-1 of the test split) whose task key occurs among the keys of train seeds
-    0..5*seeds-1. Must be 0 for every trace env: a seed split is not a content split (trace_gym.core.splits).
+    """Test instances (seeds 0..seeds-1 of the test split) that occur among train seeds 0..5*seeds-1, by two
+    keys: the env's own task key (the one that assigns a content split) and an independent one computed from
+    what the agent sees (:func:`trace_gym.core.overlap.semantic_key`: an arithmetic question by its value,
+    numbers and operators, so redundant parentheses or swapped operands are the same task). Both must be 0 for
+    every trace env: a seed split is not a content split (trace_gym.core.splits), and a key finer than the
+    task's meaning puts one task on both sides.
     """
+    from trace_gym.core.overlap import semantic_key
     from trace_gym.core.splits import split_overlap
 
     env = _make(env_id, make_kwargs)
     key = getattr(env, "task_key", env.render_instance)
 
-    def keys(split: str, n: int) -> list[str]:
-        out = []
+    def keys(split: str, n: int) -> tuple[list[str], list[str]]:
+        own, independent = [], []
         for seed in range(n):
             env.reset(seed=seed, options={"split": split})
-            out.append(key())
-        return out
+            own.append(key())
+            independent.append(semantic_key(env))
+        return own, independent
 
-    overlap = split_overlap(keys("train", 5 * config.seeds), keys("test", config.seeds))
+    (train, train_sem), (test, test_sem) = keys("train", 5 * config.seeds), keys("test", config.seeds)
+    overlap, semantic = split_overlap(train, test), split_overlap(train_sem, test_sem)
     content = "content split" if getattr(env, "content_split", False) else "seed split only"
     return CheckResult(
-        "split_overlap", overlap.overlapping_instances == 0, overlap.figure, f"{content}; must be 0"
+        "split_overlap",
+        overlap.overlapping_instances == 0 and semantic.overlapping_instances == 0,
+        f"{overlap.figure}; independent key: {semantic.figure}",
+        f"{content}; both must be 0",
     )

@@ -1,9 +1,9 @@
 """What counts as "the agent told the user X": the first answer the agent states for it, read by value.
 
 Amounts are matched by value, not by format: "$1,234.50", "1234.5" and "USD 1234.50" all tell 1234.5. A fact
-counts only when the *first* answer the agent states for it is right, and one answer is one figure: a message
-that states two figures for one fact ("either $A or $B") is a wrong answer, and a right figure after a wrong
-one ("sorry, correction: $B") does not repair it (:func:`told`).
+counts only when the *first* answer the agent states for it is right, one answer is one figure, and no later
+answer contradicts it: a message that states two figures for one fact ("either $A or $B", "$A-$B") is a wrong
+answer, and a right figure after a wrong one ("sorry, correction: $B") does not repair it (:func:`told`).
 """
 
 from __future__ import annotations
@@ -105,7 +105,32 @@ def stated_amounts(text: str, need: Need) -> set[float]:
             stated.add(round(min(after)[1], 2))
         elif before:
             stated.add(round(max(before)[1], 2))
-    return stated
+    return stated | _alternatives(text, found, stated)
+
+
+# Two amounts offered as alternatives or a range: "$A or $B", "$A/$B", "$A to $B", "$A-$B", "between $A and $B".
+ALTERNATIVE = re.compile(
+    r"^[\s,]*(?:or|/|to|-|–|and|or maybe|or perhaps|or possibly|maybe|perhaps|possibly|give or take)[\s,]*"
+    r"(?:(?:maybe|perhaps|possibly|about|around|roughly)\s+)?(?:\$|usd ?)?$",
+    re.IGNORECASE,
+)
+
+
+def _alternatives(text: str, found: list[tuple[int, float]], stated: set[float]) -> set[float]:
+    """Amounts joined to a stated one as alternatives: one answer is one figure, so they are stated too."""
+    extra: set[float] = set()
+    changed = True
+    while changed:
+        changed = False
+        for (p1, v1), (p2, v2) in zip(found, found[1:], strict=False):
+            gap = re.sub(r"^[\d,.]+(?:\s*(?:dollars|usd|bucks)\b)?", "", text[p1:p2], flags=re.IGNORECASE)
+            if not ALTERNATIVE.match(gap):
+                continue
+            pair = {round(v1, 2), round(v2, 2)}
+            if pair & (stated | extra) and not pair <= (stated | extra):
+                extra |= pair
+                changed = True
+    return extra
 
 
 def stated_status(text: str) -> set[str]:
@@ -149,11 +174,12 @@ def _right(need: Need, figures: set[Any]) -> bool:
 
 def told(need: Need, messages: list[str]) -> bool:
     """``need`` was told: the first answer stated for it (in ``messages``, the agent's messages of one request,
-    in order) is one figure, the right one. A refusal is told by any message that refuses for another person."""
+    in order) is one figure, the right one, and no later answer contradicts it (a wrong figure after the right
+    one is as much a hedge as before it). A refusal is told by any message that refuses for another person."""
     if need.kind == "refusal":
         return any(answer(need, text) for text in messages)
-    first = first_answer(need, messages)
-    return first is not None and _right(need, first)
+    answers = [found for found in (answer(need, text) for text in messages) if found]
+    return bool(answers) and all(_right(need, found) for found in answers)
 
 
 def stated(need: Need, messages: list[str]) -> bool:

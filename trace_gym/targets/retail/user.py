@@ -33,8 +33,10 @@ from trace_gym.targets.retail.reading import (
     affirmed,
     asked_slots,
     confirmation_request,
+    negates,
     points_back,
     reports,
+    sentences,
 )
 from trace_gym.targets.retail.tasks import Request, Task, UserFact, Write
 from trace_gym.worlds import STOP, State, UserReply, UserSimulator
@@ -302,7 +304,8 @@ class RetailUser(UserRecords):
     def _missing_details(self, request: Request, write: Write, message: str) -> list[str]:
         text, args, state = message.lower(), write.args, self.task.initial_state
         missing = []
-        if not affirmed(VERBS[write.tool], message):  # "I will not cancel ..." proposes no cancellation
+        # "I will not cancel order ..." proposes no cancellation, whatever else the message says
+        if not affirmed(VERBS[write.tool], message) or _negated_action(write.args["order_id"], message):
             missing.append("what you will do with the order")
         money = [need for need in request.needs if need.kind == "money"]
         named_amount = not money or any(  # stated, not one of a list of candidates
@@ -312,8 +315,11 @@ class RetailUser(UserRecords):
             if not (re.search(REASON_WORDS[args["reason"]], text) or (money and named_amount)):
                 missing.append("the reason or the refund")
         elif write.tool == "modify_pending_order_address":
+            # The street line, or its house number with the zip code and city; any other number is wrong.
+            number = args["address1"].split()[0]
             street = affirmed(re.escape(args["address1"]), message)
-            if not (street or (args["zip"] in text and args["city"].lower() in text)):
+            parts = re.search(rf"(?<![\d.]){re.escape(number)}(?![\d.])", text) and args["zip"] in text
+            if not (street or (parts and args["city"].lower() in text)):
                 missing.append("the new address")
         else:
             items = _items(state, args["item_ids"])
@@ -350,6 +356,18 @@ class RetailUser(UserRecords):
         return (
             method_id == original and re.search(r"original (?:payment|method|card|account)", text) is not None
         )
+
+
+ACTION_WORDS = re.compile(
+    r"\b(?:cancel|modif|chang|return|exchang|ship|updat|replac|swap|switch|process|refund|charg|proceed|do)\w*",
+    re.IGNORECASE,
+)
+
+
+def _negated_action(order_id: str, message: str) -> bool:
+    """A sentence that names the order negates an action on it ("I will not modify order #W...")."""
+    bare = order_id.lstrip("#")
+    return any(bare in s and negates(ACTION_WORDS, s) for s in sentences(message))
 
 
 def _order_id(text: str) -> str:
