@@ -1000,8 +1000,8 @@ def check_first_message_overlap(
 def check_split_overlap(env_id: str, make_kwargs: dict[str, Any], config: ValidationConfig) -> CheckResult:
     """Test instances (seeds 0..seeds-1 of the test split) that occur among train seeds 0..5*seeds-1, by two
     keys: the env's own task key (the one that assigns a content split) and an independent one computed from
-    what the agent sees (:func:`trace_gym.core.overlap.semantic_key`: an arithmetic question by its value,
-    numbers and operators, so redundant parentheses or swapped operands are the same task). Both must be 0 for
+    what the agent sees (:func:`trace_gym.core.overlap.semantic_key`: an arithmetic question as a function of
+    its literals, so redundant parentheses or swapped operands are the same task). Both must be 0 for
     every trace env: a seed split is not a content split (trace_gym.core.splits), and a key finer than the
     task's meaning puts one task on both sides.
     """
