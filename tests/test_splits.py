@@ -112,3 +112,68 @@ def test_validation_fails_on_overlap(monkeypatch):
         assert not bad.passed and not bad.figure.startswith("0/"), bad
     finally:
         del gym.registry["trace/test-overlap-library-v0"]
+
+
+# ----- issue 31: an independent overlap key, not the key that assigns the split --------------------------------
+class ArithQuestionEnv(gym.Env):
+    """A one-question env over a small arithmetic family whose questions come in redundant forms: ``a - b``,
+    ``( a - b )``, ``( ( ( a - b ) ) )`` and ``-b + a``. ``key`` assigns the content split."""
+
+    content_split = True
+    key = "text"  # "text": the expression's text (too fine); "canonical": reasoning-gym's expression_key
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Text(200)
+        self.action_space = gym.spaces.Text(200)
+
+    def reset(self, *, seed=None, options=None):
+        from trace_gym.core.env import split_seed
+
+        split = (options or {}).get("split", "train")
+        super().reset(seed=split_seed(seed, split))
+
+        def draw():
+            a, b = (int(x) for x in self.np_random.integers(1, 10, size=2))
+            forms = [f"{a} - {b}", f"( {a} - {b} )", f"( ( ( {a} - {b} ) ) )", f"-{b} + {a}"]
+            return forms[int(self.np_random.integers(len(forms)))]
+
+        self.expression, _ = draw_in_split(draw, self._key, split)
+        self.entry = {"question": f"Calculate {self.expression}."}
+        return self.entry["question"], {}
+
+    def _key(self, expression: str) -> str:
+        from trace_gym.adapters.reasoning_gym import expression_key
+
+        return expression if self.key == "text" else expression_key(expression)
+
+    def task_key(self) -> str:
+        return self._key(self.expression)
+
+    def render_instance(self) -> str:
+        return self.entry["question"]
+
+    def step(self, action):
+        return "done", 0.0, True, False, {}
+
+
+def test_independent_key_finds_the_overlap_the_split_key_hides(monkeypatch):
+    """Split by the expression's text, no test key occurs in train, yet "( 7 - 2 )" in test is "7 - 2" in train:
+    the independent key (the expression as a function of its literals) finds it and the check fails. Split by
+    the canonical key, both keys give 0."""
+    from trace_gym.core import validation
+    from trace_gym.core.overlap import arithmetic_key
+
+    assert arithmetic_key("Calculate ( ( ( -2 - 4 ) ) ).") == arithmetic_key("Calculate -4 + -2.")
+    assert arithmetic_key("Calculate 3 * ( 4 + 1 ).") == arithmetic_key("Calculate ( 1 + 4 ) * 3.")
+    assert arithmetic_key("Calculate -6 / 1 + 1.") != arithmetic_key("Calculate 1 / 1 + -6.")  # same value
+    assert arithmetic_key("Calculate 2 - 4.") != arithmetic_key("Calculate 4 - 2.")
+
+    monkeypatch.setattr(validation, "_make", lambda env_id, kwargs: ArithQuestionEnv())
+    config = ValidationConfig(seeds=40)
+    monkeypatch.setattr(ArithQuestionEnv, "key", "text")
+    fine = check_split_overlap("arith", {}, config)
+    assert not fine.passed and fine.figure.startswith("0/40 test instances in train"), fine.figure
+    assert "independent key: 0/" not in fine.figure, fine.figure
+    monkeypatch.setattr(ArithQuestionEnv, "key", "canonical")
+    fixed = check_split_overlap("arith", {}, config)
+    assert fixed.passed and "independent key: 0/40" in fixed.figure, fixed.figure

@@ -51,7 +51,7 @@ def test_demo_runs_end_to_end_and_reports_the_paired_test(tiny_model_dir, tmp_pa
         num_threads=1,
     )
     summary = run_demo(args)
-    assert summary["env_id"] == "trace/rg-arith2-v1"  # the content-split default
+    assert summary["env_id"] == "trace/rg-arith2-v2"  # the content-split default (v2: exact grading)
     assert [point["step"] for point in summary["curve"]] == [0, 1, 2]
     assert summary["before"]["split"] == "test" and summary["before"]["episodes"] == 4
     paired = summary["paired"]

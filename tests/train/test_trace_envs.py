@@ -44,7 +44,7 @@ def test_grpo_on_reasoning_gym_adapter(tiny_model_dir, tmp_path):
     """Third-party path: a reasoning-gym dataset as a Gymnasium env, trained from the CLI."""
     from trace_train.commands import main
 
-    env_id = "trace/rg-basic_arithmetic-v1"
+    env_id = "trace/rg-basic_arithmetic-v2"
     if not _registered(env_id):
         pytest.skip("reasoning-gym adapter not registered")
     rc = main(

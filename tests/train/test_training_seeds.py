@@ -46,7 +46,7 @@ def test_guard_without_split_support():
 
 def test_guard_with_split_support():
     pytest.importorskip("reasoning_gym")
-    env = make_env("trace/rg-arith2-v1")
+    env = make_env("trace/rg-arith2-v2")
     assert train_reset_seed(999_999, env) == 999_999
     with pytest.raises(TrainSeedError, match="outside the train split"):
         train_reset_seed(1_000_000, env)
@@ -66,7 +66,7 @@ def test_sft_refuses_test_seeds_with_a_clear_error(tiny_model_dir, tmp_path, cap
 
 def test_sft_out_of_range_offset_on_a_trace_env_is_a_clear_error(tiny_model_dir, tmp_path, capsys):
     pytest.importorskip("reasoning_gym")
-    argv = ["sft", "trace/rg-arith2-v1", "--model", str(tiny_model_dir), "--out", str(tmp_path / "sft")]
+    argv = ["sft", "trace/rg-arith2-v2", "--model", str(tiny_model_dir), "--out", str(tmp_path / "sft")]
     assert main([*argv, "--episodes", "2", "--seed-offset", "2000000"]) == 2
     err = capsys.readouterr().err
     assert "outside the train split" in err and "Traceback" not in err

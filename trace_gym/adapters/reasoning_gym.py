@@ -12,8 +12,12 @@ Action
     last ``<answer>...</answer>`` block (an unclosed last ``<answer>`` counts up to the end); without one, the
     whole text minus any ``<think>...</think>`` blocks. It is stripped of surrounding whitespace.
 Reward
-    ``dataset.score_answer(answer, entry)`` clipped to [0, 1] (partial credit where the dataset gives it; a
-    scorer that raises scores 0). The episode terminates after the one step.
+    1.0 when the graded answer *is* the reference answer, else 0 (:data:`ANSWER_KINDS`): numerically exact for
+    numeric answers (``-140``, ``-140.0`` and ``+140``... by value; ``-140 -139`` is not a number and scores 0),
+    exact (case-insensitive where case carries no meaning) for words and digit strings, element by element for
+    lists. reasoning-gym's own ``score_answer`` gives partial credit to a longer reply that contains the answer
+    (``"-140 -139"`` scored 0.44 for -140, so GRPO learnt to hedge); it decides only for datasets without an
+    entry in :data:`ANSWER_KINDS`, and then only its full credit counts. The episode terminates after the step.
 Bad actions
     Never raise: tool calls (this env has no tools) are ignored with ``info["invalid_action"] = "unknown_tool"``
     and the content is still graded; a value that is neither a string nor a message dict scores 0 with
@@ -31,10 +35,12 @@ Splits
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib.util
 import re
 from collections.abc import Callable, Iterable, Mapping
+from fractions import Fraction
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -46,7 +52,9 @@ from trace_gym.core.splits import TEST_SHARE, draw_in_split
 from trace_gym.registration import register_env
 
 ENTRY_POINT = "trace_gym.adapters.reasoning_gym:ReasoningGymEnv"
-ID_TEMPLATE = "trace/rg-{name}-v1"  # v1: content splits (v0 split by seed only)
+# v1: content splits (v0 split by seed only); v2: exact grading (v1 gave reasoning-gym's partial credit to hedged
+# replies) and arithmetic task keys up to redundant parentheses and the order of a sum's operands
+ID_TEMPLATE = "trace/rg-{name}-v2"
 
 # Cheap datasets (a few ms per entry at most) whose reference answer scores 1.0 and a wrong one 0. Left out:
 # datasets whose scorer gives fuzzy partial credit to any text (spell_backward), so degenerate replies score > 0,
@@ -95,13 +103,107 @@ CURATED_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
+
 # Canonical task keys: what makes two entries the same task (the question's wording and the order of
 # commutative inputs do not). Datasets not listed use the whitespace-normalised question.
+def expression_key(expression: str) -> str:
+    """An arithmetic expression's canonical form: sums flattened into their signed terms (``a - (b - c)`` is
+    ``a - b + c``, ``a + -b`` is ``a - b``) and sorted, products' factors sorted, redundant parentheses gone.
+    ``( -2 - 4 )``, ``( ( ( -2 - 4 ) ) )`` and ``-4 + -2`` are one task (v1 split them by their text)."""
+    return _canonical(ast.parse(expression.strip(), mode="eval").body)
+
+
+def _canonical(node: ast.AST) -> str:
+    if isinstance(node, ast.BinOp | ast.UnaryOp) and _is_sum(node):
+        terms = sorted(_signed_terms(node, 1))
+        if len(terms) == 1:  # a signed single term: -(3 * 2) is the product -(2 * 3)
+            return terms[0].removeprefix("+")
+        return "(" + " ".join(terms) + ")"
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        sign, factors = _product(node)
+        negative = sign < 0 and "0" not in factors  # -(0 * 7) is 0 * 7
+        return ("-" if negative else "") + "(" + " * ".join(sorted(factors)) + ")"
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):  # signs pulled out: -( -4 / 4 ) is 4 / 4
+        (s_num, num), (s_den, den) = _unsigned(node.left), _unsigned(node.right)
+        negative = s_num * s_den < 0 and num != "0"
+        return ("-" if negative else "") + f"({num} / {den})"
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        return repr(node.value)
+    raise ValueError(f"not an arithmetic expression: {ast.dump(node)[:80]}")
+
+
+def _is_sum(node: ast.AST) -> bool:
+    if isinstance(node, ast.BinOp):
+        return isinstance(node.op, ast.Add | ast.Sub)
+    return isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd)
+
+
+def _signed_terms(node: ast.AST, sign: int) -> list[str]:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub):
+        right = sign if isinstance(node.op, ast.Add) else -sign
+        return _signed_terms(node.left, sign) + _signed_terms(node.right, right)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        return _signed_terms(node.operand, -sign if isinstance(node.op, ast.USub) else sign)
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        return [repr(sign * node.value) if node.value else "0"]
+    term = _canonical(node)
+    if term.startswith("-"):  # a product with its sign pulled out
+        sign, term = -sign, term[1:]
+    if _is_zero_product(node):  # - 0 * 7 is + 0 * 7
+        sign = 1
+    return [("-" if sign < 0 else "+") + term]
+
+
+def _is_zero_product(node: ast.AST) -> bool:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return "0" in _product(node)[1]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return _unsigned(node.left)[1] == "0"
+    return False
+
+
+def _unsigned(node: ast.AST) -> tuple[int, str]:
+    term = _canonical(node)
+    return (-1, term[1:]) if term.startswith("-") else (1, term)
+
+
+def _product(node: ast.AST) -> tuple[int, list[str]]:
+    """A product's sign (its factors' signs pulled out: ``3 * -2`` is ``-(2 * 3)``) and its factors."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        sa, fa = _product(node.left)
+        sb, fb = _product(node.right)
+        return sa * sb, fa + fb
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        sign, factors = _product(node.operand)
+        return (-sign if isinstance(node.op, ast.USub) else sign), factors
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        return (-1 if node.value < 0 else 1), [repr(abs(node.value))]
+    sign, term = _unsigned(node)
+    return sign, [term]
+
+
 TASK_KEYS: dict[str, Callable[[dict[str, Any]], str]] = {
-    "basic_arithmetic": lambda e: " ".join(str(e["metadata"]["expression"]).split()),
-    "chain_sum": lambda e: " ".join(str(e["metadata"]["expression"]).split()),
+    "basic_arithmetic": lambda e: expression_key(str(e["metadata"]["expression"])),
+    "chain_sum": lambda e: expression_key(str(e["metadata"]["expression"])),
     "gcd": lambda e: ",".join(str(n) for n in sorted(e["metadata"]["numbers"])),
     "lcm": lambda e: ",".join(str(n) for n in sorted(e["metadata"]["numbers"])),
+}
+
+# How a curated dataset's answer is compared with the reference (see the module docstring). Others: full
+# credit from the dataset's score_answer.
+ANSWER_KINDS: dict[str, str] = {
+    "basic_arithmetic": "number",
+    "chain_sum": "number",
+    "count_bits": "number",
+    "gcd": "number",
+    "lcm": "number",
+    "leg_counting": "number",
+    "letter_counting": "number",
+    "simple_equations": "number",
+    "base_conversion": "caseless",
+    "family_relationships": "caseless",
+    "number_sorting": "number_list",
+    "word_sorting": "word_list",
 }
 
 SYSTEM_PROMPT = (
@@ -281,16 +383,68 @@ class ReasoningGymEnv(gym.Env[list, Any]):
     def _key(self, entry: dict[str, Any]) -> str:
         keyer = TASK_KEYS.get(self.dataset_name)
         if keyer is not None:
-            with contextlib.suppress(KeyError, TypeError):
+            with contextlib.suppress(KeyError, TypeError, ValueError, SyntaxError, RecursionError):
                 return keyer(entry)
         return " ".join(str(entry["question"]).split())
 
     def _score(self, answer: str) -> float:
         try:
-            score = float(self.dataset.score_answer(answer, self.entry))
+            return self._exact(answer)
         except Exception:  # noqa: BLE001 - some scorers raise on unparseable answers; that is a wrong answer
             return 0.0
-        return float(np.clip(score, 0.0, 1.0)) if np.isfinite(score) else 0.0
+
+    def _exact(self, answer: str) -> float:
+        """1.0 when ``answer`` is the reference answer (by :data:`ANSWER_KINDS`), else 0.0."""
+        assert self.entry is not None
+        kind = ANSWER_KINDS.get(self.dataset_name)
+        if kind is None:  # a dataset graded by its own scorer: its full credit only, never partial credit
+            score = float(self.dataset.score_answer(answer, self.entry))
+            return 1.0 if np.isfinite(score) and score >= 1.0 else 0.0
+        return 1.0 if same_answer(answer, str(self.entry["answer"]), kind) else 0.0
+
+
+_NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|[+-]?\.\d+")
+
+
+def parse_number(text: str) -> Fraction | None:
+    """The exact value of ``text`` when it is one decimal number (thousands commas allowed), else None."""
+    text = text.strip()
+    if not _NUMBER.fullmatch(text):
+        return None
+    return Fraction(text.replace(",", "").rstrip("."))
+
+
+def _list_items(text: str) -> list[str] | None:
+    """The items of a list answer: a Python/JSON list literal, else comma-separated text."""
+    text = text.strip()
+    if text.startswith("["):
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return None
+        return [str(v).strip() for v in value] if isinstance(value, list | tuple) else None
+    return [item.strip() for item in text.split(",")]
+
+
+def same_answer(answer: str, reference: str, kind: str) -> bool:
+    """Whether ``answer`` is ``reference`` for an answer of this kind (see :data:`ANSWER_KINDS`)."""
+    answer, reference = answer.strip(), reference.strip()
+    if kind == "number":
+        want = parse_number(reference)
+        if want is None:  # a reference that is not one number: compare the text
+            return answer == reference
+        return parse_number(answer) == want
+    if kind == "caseless":
+        return answer.casefold() == reference.casefold()
+    if kind in ("number_list", "word_list"):
+        got, want = _list_items(answer), _list_items(reference)
+        if got is None or want is None or len(got) != len(want):
+            return False
+        if kind == "word_list":
+            return got == want
+        values = [(parse_number(a), parse_number(b)) for a, b in zip(got, want, strict=True)]
+        return all(a is not None and a == b for a, b in values)
+    return answer == reference
 
 
 def _read_action(action: Any) -> tuple[str, str | None]:
