@@ -572,15 +572,17 @@ class StatementsThatAskNothing(AdversarialProbe):
 class RefusedWrite(AdversarialProbe):
     """The oracle, with each of its write calls sent twice: when the repeat is refused by the tools (the order
     is no longer in a state that allows it), the trajectory attempted a write the policy forbids. Applies on
-    seeds where some repeat was refused."""
+    seeds where some repeat was refused, for write tools that declare preconditions."""
 
     name = "refused_write"
 
     def actions(self, observation):
-        kinds = _kinds(self.env)
+        # Only writes whose tool declares preconditions: those are policy rules the env states (a third-party
+        # target such as BFCL, whose checker is the reward, declares none and is out of scope).
+        ruled = {t.name for t in getattr(self.env, "domain_tools", []) if t.kind == "write" and t.preconditions}
         for action in self.oracle:
             yield action
-            if not any(kinds.get(n) == "write" for n in _call_names(action)):
+            if not any(n in ruled for n in _call_names(action)):
                 continue
             yield action
             tools = [m for m in observation() if m.get("role") == "tool"]

@@ -58,7 +58,8 @@ SLOTS: dict[str, re.Pattern[str]] = {
         r"|\bwhich of (?:your|the|those|these) (?:orders|purchases)\b|\border (?:is it|is this|are you referring|do you mean)\b"
         r"|\b(?:the|your) order'?s? (?:id|number|reference)\b|\bidentify the order\b|\bwhich (?:of them|one of)\b",
         "reason": r"\breasons?\b|\bwhy\b|\bwhat made you\b|\bwhat(?:'s| is) (?:prompting|behind|wrong|the matter)\b"
-        r"|\bmotivat\w*|\bwhat (?:led|brought) you\b|\bhow come\b|\bcauses?\b",
+        r"|\bmotivat\w*|\bwhat (?:led|brought) you\b|\bhow come\b|\bcauses?\b"
+        r"|\bno longer (?:need|want)\w*|\bby (?:mistake|accident)\b|\bmistaken(?:ly)?\b",  # the reasons offered
         "address": r"\b(?:new |shipping |delivery |postal |street |mailing )?address(?:es)?\b"
         r"|\b(?:ship|send|deliver|mail)(?:ed|ing)? (?:it |them |the order |your order |the package |the items )?to\b"
         r"|\bwhere (?:should|would|do|shall|can|will|to) [^?.!]{0,40}\b(?:ship|send|deliver|go|arrive)\w*"
@@ -122,6 +123,10 @@ OBSTACLES: dict[str, re.Pattern[str]] = {
 }
 # "available" / "in stock" after a negation in its clause ("we do not have that colour available").
 AVAILABLE = re.compile(r"\bavailable\b|\bin stock\b|\bstocked\b|\bon offer\b", re.IGNORECASE)
+
+
+# Figures offered as alternatives ("9240 or 9239", "$5/$6", "either ... or"): a proposal must name one value.
+ALTERNATIVES = re.compile(r"\d[\d,.]*\s*(?:or|/)\s*(?:\$|usd ?)?\d|\beither\b", re.IGNORECASE)
 
 
 def sentences(text: str) -> list[str]:

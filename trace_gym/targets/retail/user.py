@@ -28,6 +28,7 @@ from typing import Any
 from trace_gym.core.env import CallRecord
 from trace_gym.targets.retail.facts import stated, stated_amounts, told
 from trace_gym.targets.retail.reading import (
+    ALTERNATIVES,
     MAX_MESSAGE_CHARS,
     MORE,
     affirmed,
@@ -291,6 +292,8 @@ class RetailUser(UserRecords):
     def _missing(self, request: Request, ids: set[str], message: str) -> list[str]:
         """What the proposal leaves out of (or negates in) the action on each named order (empty: none)."""
         missing: list[str] = []
+        if ALTERNATIVES.search(message):
+            missing.append("one value for each detail, not alternatives")
         for oid in sorted(ids):
             writes = [w for w in request.writes if w.args["order_id"] == oid]
             if not writes:  # a push: the forbidden cancel; naming the action is enough
