@@ -8,6 +8,7 @@ import json
 import warnings
 
 import gymnasium as gym
+import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
@@ -210,3 +211,85 @@ def test_trace_check_passes():
 def test_trace_check_passes_per_category(env_id):
     results = validate_env(env_id, ValidationConfig(seeds=40, degenerate_seeds=20, adversarial_seeds=20))
     assert not [(r.name, r.figure, r.detail) for r in results if not r.passed]
+
+
+def test_runaway_math_is_refused_quickly_and_precision_does_not_leak(env):
+    import decimal
+    import time
+
+    import mpmath
+
+    reset_to(env, "multi_turn_miss_func_49")  # MathAPI among its classes
+    dps, prec = mpmath.mp.dps, decimal.getcontext().prec
+    runaway = [
+        ("power", {"base": 2, "exponent": 2**200}),
+        ("logarithm", {"value": 20, "base": 10, "precision": 10**9}),
+        ("square_root", {"number": 2, "precision": 1e12}),
+        ("round_number", {"number": 10, "decimal_places": -(2**100)}),
+    ]
+    start = time.perf_counter()
+    for name, arguments in runaway:
+        obs, _, _, _, info = env.step({"tool_calls": [{"name": name, "arguments": arguments}]})
+        assert info["invalid_action"] == "precondition" and obs[-1]["content"].startswith("Error during")
+    assert time.perf_counter() - start < 1.0
+    obs, _, _, _, info = env.step(
+        {"tool_calls": [{"name": "square_root", "arguments": {"number": 2, "precision": 5}}]}
+    )
+    assert (
+        info["invalid_action"] is None and obs[-1]["content"] == "{'result': Decimal('1.4142')}"
+    )  # BFCL's text
+    assert (mpmath.mp.dps, decimal.getcontext().prec) == (dps, prec)
+
+
+def paraphrased(env: BfclMultiTurnEnv) -> list[dict]:
+    """The ground truth done differently: each turn's calls in one parallel step, after a read of the state
+    that the ground truth does not make, with other words in the replies."""
+    reads = [name for name in env.offered_at(0) if env.kinds[name] == "read" and not env.world.tools[name]
+             .parameters.get("required") and name in ("pwd", "ls", "get_watchlist", "list_users",
+             "displayCarStatus", "get_user_tickets", "get_account_info", "get_all_credit_cards")]  # fmt: skip
+    actions, turn_calls = [], []
+    for action in env.oracle_actions():
+        if action.get("tool_calls"):
+            turn_calls += action["tool_calls"]
+            continue
+        if turn_calls:
+            extra = [{"function": {"name": reads[0], "arguments": "{}"}}] if reads else []
+            actions.append({"content": "Let me see.", "tool_calls": extra + turn_calls})
+        actions.append({"content": "All set, anything else?" if turn_calls else action["content"].upper()})
+        turn_calls = []
+    return actions
+
+
+def test_a_correct_agent_that_acts_differently_passes(env):
+    from trace_gym.targets.bfcl.checker import bfcl_verdict
+
+    passed = total = 0
+    for split in ("train", "test"):
+        for seed in range(0, len(env.split_tasks(split)), 4):
+            env.reset(seed=seed, options={"split": split})
+            reward, info, terminated, _ = play(env, paraphrased(env))
+            total += 1
+            passed += terminated and reward == 1.0
+            assert reward == float(bfcl_verdict(env.task, env.bfcl_trajectory())["valid"]), env.task.id
+    assert passed == total, (passed, total)
+
+
+def test_random_calls_among_the_offered_tools_score_zero(env):
+    """A stronger random probe than trace check's (which draws from all 128 tools): calls of the task's own
+    tools, with arguments from its messages, ending turns at random."""
+    rewards = []
+    for seed in range(50):
+        _, info = env.reset(seed=seed, options={"split": "train"})
+        rng = np.random.default_rng(seed)
+        for _ in range(env.max_turns):
+            if rng.random() < 0.25:
+                action = "ok"
+            else:
+                tool = info["tools"][int(rng.integers(len(info["tools"])))]["function"]
+                arguments = env.action_space.sample_arguments(tool["parameters"], rng)
+                action = {"tool_calls": [{"name": tool["name"], "arguments": arguments}]}
+            _, reward, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                break
+        rewards.append(reward)
+    assert np.mean(rewards) <= 0.02

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, ClassVar
 
 import numpy as np
@@ -97,6 +98,22 @@ MISSING_FUNCTION = "I cannot do this with the functions I have: it needs a funct
 MISSING_PARAMETER = (
     "I cannot do this yet: your request lacks a value that the function needs. Could you tell me the details?"
 )
+
+
+QUOTED = re.compile(r"'([^'\n]{1,80})'|\"([^\"\n]{1,80})\"")
+
+
+def value_pool(task: BfclTask, tools: list[Tool]) -> dict[str, list[Any]]:
+    """The quoted values of the task's user messages (file names, symbols, ids) for every string parameter of
+    its tools, so that sampled actions (``action_space.sample()``, random probes) name things that exist."""
+    quoted = {a or b for turn in task.turns for m in turn for a, b in QUOTED.findall(m["content"])}
+    names = {
+        name
+        for tool in tools
+        for name, schema in tool.parameters.get("properties", {}).items()
+        if schema.get("type") == "string"
+    }
+    return {name: sorted(quoted) for name in sorted(names)} if quoted else {}
 
 
 class BfclUser(UserSimulator):
@@ -194,6 +211,9 @@ class BfclMultiTurnEnv(ChatToolEnv):
                 "missed_function": {str(k): list(v) for k, v in sorted(task.missed_function.items())},
             },
             hint=HINT,
+            value_pool=value_pool(
+                task, [tool for cls, tool in self._bfcl_tools.values() if cls in task.involved_classes]
+            ),
         )
 
     def task_key(self) -> str:

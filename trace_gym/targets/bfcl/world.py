@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import ast
 import copy
+import decimal
 import hashlib
 import importlib
 import inspect
 import json
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -41,6 +43,10 @@ MODULES = {
     "VehicleControlAPI": "vehicle_control",
 }
 STATELESS = frozenset({"MathAPI"})  # bfcl_eval.constants.executable_backend_config.STATELESS_CLASSES
+# MathAPI computes what it is asked to: a precision of 10**9 digits or 2 ** (2 ** 200) would not finish (nor
+# would it in BFCL), so step() refuses such calls up front; BFCL's tasks stay far below both limits.
+MAX_PRECISION = 1000  # ``precision`` (logarithm, square_root) and ``decimal_places`` (round_number)
+MAX_POWER_BITS = 100_000  # an integer power's result
 
 
 def api_class(name: str) -> type:
@@ -152,6 +158,9 @@ class BfclWorld:
         problem = argument_problem(self.methods[name], arguments)
         if problem:
             return ToolResult(name, f"Error: invalid arguments for {name}: {problem}", "schema")
+        too_much = runaway(name, arguments)
+        if too_much:
+            return ToolResult(name, f"Error during execution: {too_much}", "precondition")
         before = self.state_hash()
         output, failed = self.execute(name, arguments)
         error: InvalidKind | None = None
@@ -160,11 +169,20 @@ class BfclWorld:
         return ToolResult(name, output, error)
 
     def execute(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
-        """Run a method as BFCL does; returns BFCL's text of the result and whether it is an error."""
+        """Run a method as BFCL does; returns BFCL's text of the result and whether it is an error.
+
+        MathAPI sets the process-wide decimal and mpmath precisions before it computes; here they are put back
+        after each call, so that no other code in the process (sympy under torch, another env) sees them."""
+        mpmath = sys.modules.get("mpmath")
+        dps = mpmath.mp.dps if mpmath is not None else None
         try:
-            result = self.methods[name](**arguments)
+            with decimal.localcontext():
+                result = self.methods[name](**arguments)
         except Exception as err:  # noqa: BLE001 - BFCL turns any exception into an answer
             return f"Error during execution: {err}", True
+        finally:
+            if mpmath is not None:
+                mpmath.mp.dps = dps
         failed = isinstance(result, dict) and "error" in result
         return bfcl_text(result), failed
 
@@ -190,6 +208,21 @@ class BfclWorld:
         # surrogatepass: an agent may have stored any string, lone surrogates included
         text = canonical_json(self.snapshot())
         return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def runaway(name: str, arguments: dict[str, Any]) -> str | None:
+    """Why a call would not finish in reasonable time or memory (see :data:`MAX_PRECISION`), else ``None``."""
+    for key in ("precision", "decimal_places"):
+        value = arguments.get(key)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        # NaN is the API's business (it answers with an error at once): only sizes are refused
+        if number and value == value and not abs(value) <= MAX_PRECISION:
+            return f"{key} must be at most {MAX_PRECISION} in size in this environment, got {value!r}"
+    base, exponent = arguments.get("base"), arguments.get("exponent")
+    growing = isinstance(base, int) and isinstance(exponent, int) and abs(base) > 1 and exponent > 0
+    if name == "power" and growing and exponent * abs(base).bit_length() > MAX_POWER_BITS:
+        return f"the result would have more than {MAX_POWER_BITS} bits"
+    return None
 
 
 def argument_problem(method: Any, arguments: dict[str, Any]) -> str | None:
