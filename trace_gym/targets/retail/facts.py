@@ -82,6 +82,19 @@ def amounts(text: str) -> list[tuple[int, float]]:
     return found
 
 
+def _spans(text: str) -> list[tuple[int, int, float]]:
+    """(start, end, value) of every amount of money written in ``text``."""
+    found = []
+    for match in AMOUNT.finditer(text):
+        if match.group("cur") or match.group("dec") or match.group("suf"):
+            try:
+                value = float(match.group("num").replace(",", "") + (match.group("dec") or ""))
+            except ValueError:
+                continue
+            found.append((match.start(), match.end(), value))
+    return found
+
+
 def sprayed(text: str) -> bool:
     """The message lists more distinct amounts than any answer needs."""
     return len({round(v, 2) for _, v in amounts(text)}) > MAX_AMOUNTS_PER_MESSAGE
@@ -98,13 +111,17 @@ def stated_amounts(text: str, need: Need) -> set[float]:
         return values
     keyword = NEED_KEYWORDS.get(need.name, NEED_KEYWORDS["total"])
     stated: set[float] = set()
+    spans = _spans(text)
     for match in keyword.finditer(text):
-        after = [(p, v) for p, v in found if 0 <= p - match.end() <= PAIR_AFTER]
-        before = [(p, v) for p, v in found if 0 <= match.start() - p <= PAIR_BEFORE]
-        if after:
-            stated.add(round(min(after)[1], 2))
-        elif before:
-            stated.add(round(max(before)[1], 2))
+        # The nearest amount on either side ("the difference is $5", "the $5 difference"); after wins a tie.
+        near = [
+            (start - match.end(), 0, v) for start, _, v in spans if 0 <= start - match.end() <= PAIR_AFTER
+        ]
+        near += [
+            (match.start() - end, 1, v) for _, end, v in spans if 0 <= match.start() - end <= PAIR_BEFORE
+        ]
+        if near:
+            stated.add(round(min(near)[2], 2))
     return stated | _alternatives(text, found, stated)
 
 

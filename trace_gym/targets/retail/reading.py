@@ -76,7 +76,8 @@ EMAIL_CONTEXT = re.compile(
 CONFIRM = re.compile(
     r"\bconfirm\w*|\bproceed\w*|\bgo ahead\b|\bgo-ahead\b|\b(?:shall|should|may|can) (?:i|we)\b"
     r"|\bok(?:ay)? (?:to|with|if)\b|\bis (?:this|that|everything|all of this|all this|it) (?:ok|okay|correct|right|alright|all right|fine|accurate|good)\b"
-    r"|\b(?:does|do) (?:this|that|these|those|everything|it) (?:look|sound|seem)\b"
+    r"|\b(?:does|do|did) (?:this|that|these|those|everything|it|all|all of this)(?: (?:above|below|here|i (?:said|described|listed)))? (?:look|sound|seem)\b"
+    r"|\b(?:look|looks|sound|sounds|seem|seems) (?:right|good|correct|ok|okay|fine|alright|all right)\b"
     r"|\bdo you (?:agree|approve|accept|want me|consent)\b|\b(?:would|do) you like me to\b|\bwant me to\b"
     r"|\bsound good\b|\byes ?/ ?no\b|\byes or no\b|\bare you sure\b|\bauthori[sz]\w*|\bapprov\w*"
     r"|\bgreen light\b|\bhappy (?:for me )?to\b|\bright\?|\bcorrect\?|\bok(?:ay)?\?|\bagreed\?|\bdeal\?"
@@ -86,7 +87,7 @@ CONFIRM = re.compile(
 )
 # A proposal that points back at details said before instead of repeating them.
 BACK_REFERENCE = re.compile(
-    r"\b(?:that|this|these|those|it|them|the above|as (?:described|stated|outlined|listed|summari[sz]ed|mentioned)"
+    r"\b(?:that|this|these|those|it|them|above|the above|as (?:described|stated|outlined|listed|summari[sz]ed|mentioned)"
     r"|what i (?:described|said|listed|outlined|mentioned)|the (?:plan|changes?|steps?|action|request))\b",
     re.IGNORECASE,
 )
@@ -94,7 +95,7 @@ MORE = re.compile(
     r"\banything else\b|\bsomething else\b|\bany other\b|\bis that all\b|\bwhat else\b|\bfurther (?:help|assistance)\b",
     re.IGNORECASE,
 )
-_NT = r"(?:n[o'’]?t|not)"
+_NT = r"(?:n[o'’]?t|[’']t|not)"
 OBSTACLES: dict[str, re.Pattern[str]] = {
     "not_found": re.compile(
         r"\bnot (?:be )?(?:found|locate|find|exist|match|in our (?:system|records))"
@@ -108,7 +109,7 @@ OBSTACLES: dict[str, re.Pattern[str]] = {
         r"\bunavailable\b|\bout[ -]of[ -]stock\b|\bsold[ -]out\b|\bno longer (?:available|offered|sold|in stock|carried|stocked)"
         r"|\bnot (?:currently |presently )?(?:available|in stock|offered|sold|possible to get|stocked|orderable)"
         r"|\b(?:isn|aren|wasn|weren)[’']?t (?:currently |presently )?(?:available|in stock|offered|sold|stocked|orderable)"
-        r"|\b(?:can|could)(?:n[’']?t|not| not) (?:be )?(?:ordered|selected|chosen|supplied|offered)"
+        r"|\b(?:can|could)(?:[’']t|n[’']t|not| not) (?:be )?(?:ordered|selected|chosen|supplied|offered|shipped|had)"
         r"|\bno (?:stock|availability|inventory)\b|\bnone (?:left|in stock)\b|\bnot have (?:it|that|this) in stock",
         re.IGNORECASE,
     ),
