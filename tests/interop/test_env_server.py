@@ -17,7 +17,7 @@ from tests.interop.servers import REPO, ServerProcess
 from trace_gym.interop.client import EnvServerClient, RemoteEnv, RemoteEnvError
 
 ENV_ID = RETAIL
-TIMEOUT = 3.0  # session idle timeout of the small server (seconds)
+TIMEOUT = 3.0  # session idle timeout of the reaping server (seconds; slow test only)
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +34,16 @@ def small_server():
     """Two sessions at most, closed after TIMEOUT seconds idle."""
     proc = ServerProcess(
         "env-serve", ENV_ID, "--port", "0", "--session-timeout", str(TIMEOUT), "--max-sessions", "2"
+    )
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def limited_server():
+    """Two sessions at most, never idle long enough to expire during a test (however loaded the machine)."""
+    proc = ServerProcess(
+        "env-serve", ENV_ID, "--port", "0", "--session-timeout", "3600", "--max-sessions", "2"
     )
     yield proc
     proc.stop()
@@ -155,6 +165,7 @@ def test_step_without_action_and_after_the_end(server):
         env.close()
 
 
+@pytest.mark.slow  # waits on the wall clock (the idle timeout); the fast suite tests the pool on a fake clock
 def test_killed_client_session_is_reaped(small_server):
     server = small_server
     script = (
@@ -170,7 +181,7 @@ def test_killed_client_session_is_reaped(small_server):
     client.kill()
     client.wait()
     client.stdout.close()
-    deadline = time.monotonic() + TIMEOUT + 5
+    deadline = time.monotonic() + TIMEOUT + 120  # generous: only a server that never reaps fails
     while time.monotonic() < deadline:
         status, _ = raw(server.url, "GET", f"/state?session_id={session_id}")
         if status == 404:
@@ -180,8 +191,10 @@ def test_killed_client_session_is_reaped(small_server):
     assert health(server.url)["reaped"] >= 1
 
 
-def test_session_limit_answers_503(small_server):
-    envs = [RemoteEnv(small_server.url) for _ in range(3)]
+def test_session_limit_answers_503(limited_server):
+    """The limit, on a server whose sessions cannot expire mid-test (a 3 s idle timeout on a loaded machine
+    reaped session 0 before the third reset, which then succeeded)."""
+    envs = [RemoteEnv(limited_server.url) for _ in range(3)]
     envs[0].reset(seed=0)
     envs[1].reset(seed=1)
     with pytest.raises(RemoteEnvError) as err:
@@ -196,3 +209,44 @@ def test_session_limit_answers_503(small_server):
 def test_unknown_env_id_fails_at_start():
     with pytest.raises(RuntimeError, match="unknown env id"):
         ServerProcess("env-serve", "trace/no-such-env-v0", "--port", "0")
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_session_pool_reaps_idle_sessions_by_its_clock(monkeypatch):
+    """Reaping without waiting: the pool on a fake clock closes exactly the sessions idle past the timeout."""
+    from trace_gym.interop import server as server_module
+
+    clock = FakeClock()
+    monkeypatch.setattr(server_module.time, "monotonic", clock)
+    closed: list[str] = []
+
+    class Env:
+        def __init__(self, name):
+            self.name = name
+
+        def close(self):
+            closed.append(self.name)
+
+    names = iter("abc")
+    pool = server_module.SessionPool(lambda: Env(next(names)), max_sessions=3, timeout=10.0)
+    (idle, _), (busy, _) = pool.open(), pool.open()
+    pool.get(idle), pool.get(busy)  # activity at the fake clock's time
+    clock.now += 6
+    pool.get(busy)  # touched: idle for 6 s only
+    clock.now += 6
+    assert pool.reap() == 1 and pool.reaped == 1 and closed == ["a"]
+    with pytest.raises(server_module.RequestError) as err:
+        pool.get(idle)
+    assert err.value.status == 404
+    assert pool.get(busy) is not None
+    clock.now += 9.9
+    assert pool.reap() == 0  # not past the timeout yet
+    clock.now += 0.2
+    assert pool.reap() == 1 and closed == ["a", "b"]
