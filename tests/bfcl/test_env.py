@@ -116,8 +116,10 @@ def test_held_out_function_comes_back_at_its_turn(env):
         obs, _, _, _, info = env.step(action)
     assert "sort" not in [t["function"]["name"] for t in info["tools"]]
     obs, _, _, _, info = env.step(actions[texts[2]])
-    assert obs[-1] == {"role": "user", "content": HOLDOUT_PROMPT}
+    assert obs[-1]["role"] == "user" and obs[-1]["content"].endswith(HOLDOUT_PROMPT)
     assert [t["function"]["name"] for t in info["tools"]][-1] == "sort" and info["user_turn"] == 3
+    schemas = json.loads(obs[-1]["content"].removesuffix(HOLDOUT_PROMPT))  # the message names what came back
+    assert schemas == info["tools"][-1:]
 
 
 def test_calling_in_a_turn_that_lacks_a_parameter_is_labelled(env):
@@ -293,3 +295,11 @@ def test_random_calls_among_the_offered_tools_score_zero(env):
                 break
         rewards.append(reward)
     assert np.mean(rewards) <= 0.02
+
+
+def test_every_held_out_turn_is_an_empty_later_turn():
+    """The env opens a task before its world exists: only first turns with a user message can be opened."""
+    for task in load_tasks():
+        for turn, names in task.missed_function.items():
+            assert turn > 0 and task.turns[turn] == () and names
+        assert task.turns[0]

@@ -5,8 +5,10 @@ Observation space
     The system message is BFCL's own instructions (its default prompt without the output-format and
     function-list parts, which the chat template's tools replace), then the first turn's user message.
     ``info["tools"]`` holds the tools offered now: every function of the task's classes, less the functions
-    a ``miss_func`` task holds out until its later turn (then they are added, with BFCL's message "I have
-    updated some more functions you can choose from. What about now?").
+    a ``miss_func`` task holds out until its later turn. Then they are added to ``info["tools"]``, and that
+    turn's user message (empty in BFCL's data) is, as BFCL's prompting handler writes it, their schemas as
+    JSON followed by "I have updated some more functions you can choose from. What about now?": a policy
+    that fixed its tools at reset (a prompt prefix kept across turns) still sees them.
 Action space
     :class:`~trace_gym.core.spaces.AssistantTurnSpace` over all 128 functions of BFCL's eight multi-turn API
     classes (fixed for the env); a function of a class the task does not use is ``unknown_tool`` (a held-out
@@ -350,18 +352,22 @@ class BfclMultiTurnEnv(ChatToolEnv):
         if self.user_turn >= len(self.task.turns):
             return UserReply("", done=True)
         self.turn_steps.append([])
-        added = self.task.missed_function.get(self.user_turn, ())
-        if added:
-            self._episode_tools = self._episode_tools + [self.world.tools[n].schema for n in added]
+        added = [self.world.tools[n].schema for n in self.task.missed_function.get(self.user_turn, ())]
+        self._episode_tools = self._episode_tools + added
         text = self.turn_text(self.user_turn)
         self.messages.append({"role": "user", "content": text})
         return UserReply(text)
 
     def turn_text(self, index: int) -> str:
-        """The user's message(s) of a turn; a held-out function's turn has none in BFCL's data."""
+        """The user's message(s) of a turn; a held-out function's turn has none in BFCL's data, and gets the
+        functions it brings back and BFCL's prompt (``DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING``)."""
         assert self.task is not None
         messages = [m["content"] for m in self.task.turns[index]]
-        return "\n\n".join(messages) if messages else HOLDOUT_PROMPT
+        if messages:
+            return "\n\n".join(messages)
+        assert self.world is not None  # a turn without messages is never the first (checked in the tests)
+        added = [self.world.tools[n].schema for n in self.task.missed_function.get(index, ())]
+        return f"{json.dumps(added, ensure_ascii=False)}\n{HOLDOUT_PROMPT}"
 
     def offered_at(self, turn: int) -> list[str]:
         """The tools offered at a user turn: the task's classes' functions, less those held out until later."""
