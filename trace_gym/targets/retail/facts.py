@@ -51,6 +51,11 @@ STATUS_STATED = re.compile(
 )
 
 
+_STATUS = r"(pending|processed|delivered|cancelled|canceled|shipped)"
+STATUS_ALTERNATIVES = re.compile(
+    rf"\b{_STATUS}\s*(?:,|/|or|,? or maybe|,? or perhaps|or possibly)\s*(?:maybe |perhaps |possibly |already |still )?{_STATUS}\b",
+    re.IGNORECASE,
+)
 NEGATION = re.compile(r"n't|n’t|\bnot\b|\bnever\b|\byet to\b", re.IGNORECASE)  # "haven't been processed"
 
 
@@ -156,11 +161,19 @@ def stated_status(text: str) -> set[str]:
     named = {s for s in STATUSES if re.search(rf"\b{s}\b", text, re.IGNORECASE)}
     if len(named - {"cancelled", "canceled"}) >= 3 or len(named) >= 4:
         return set()
-    return {
+    stated = {
         m.group(1).lower().replace("canceled", "cancelled")
         for m in STATUS_STATED.finditer(text)
         if not NEGATION.search(text[max(0, m.start() - 16) : m.start() + len(m.group(0)) - len(m.group(1))])
     }
+    for m in STATUS_ALTERNATIVES.finditer(text):  # "delivered or processed": one answer, two figures
+        pair = {
+            m.group(1).lower().replace("canceled", "cancelled"),
+            m.group(2).lower().replace("canceled", "cancelled"),
+        }
+        if pair & stated:
+            stated |= pair
+    return stated
 
 
 def answer(need: Need, text: str) -> set[Any]:
