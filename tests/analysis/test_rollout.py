@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -97,16 +98,29 @@ def test_ablation_needs_a_target_that_supports_it(tmp_path: Path) -> None:
         )
 
 
-def slow_greeting(request: dict) -> str:
-    time.sleep(0.15)
-    return "Hello! How can I help you today?"
+class GatedGreeter:
+    """Answers the first ``n`` requests, then holds every later one until ``gate`` is set: a rollout can finish
+    at most n / turns episodes before it is killed, however slow or loaded the machine (no wall clock)."""
+
+    def __init__(self, n: int):
+        self.n, self.count, self.lock, self.gate = n, 0, threading.Lock(), threading.Event()
+
+    def __call__(self, request: dict) -> str:
+        with self.lock:
+            self.count += 1
+            held = self.count > self.n
+        if held:
+            self.gate.wait(timeout=600)
+        return "Hello! How can I help you today?"
 
 
 def test_resume_after_killing_a_running_rollout(tmp_path: Path) -> None:
-    """A real `trace rollout` process against a slow OpenAI-compatible server, killed part-way."""
+    """A real `trace rollout` process against an OpenAI-compatible server that stops answering after 8 requests
+    (4 two-turn episodes at most), killed once 3 episodes are written, then resumed."""
     out = tmp_path / "run"
     path = out / "trajectories.jsonl"
-    with StandinServer(respond=slow_greeting) as server:
+    greeter = GatedGreeter(8)
+    with StandinServer(respond=greeter) as server:
         cmd = [
             sys.executable,
             "-m",
@@ -131,16 +145,19 @@ def test_resume_after_killing_a_running_rollout(tmp_path: Path) -> None:
             cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
         )
         try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and (
-                not path.exists() or len(path.read_bytes().splitlines()) < 3
+            deadline = time.monotonic() + 600  # generous: only a rollout that never writes fails
+            while (
+                time.monotonic() < deadline
+                and proc.poll() is None
+                and (not path.exists() or len(path.read_bytes().splitlines()) < 3)
             ):
                 time.sleep(0.05)
             os.killpg(proc.pid, signal.SIGKILL)
         finally:
             proc.wait(timeout=30)
+            greeter.gate.set()  # the resumed run gets its answers
         kept = read_records(path)
-        assert 3 <= len(kept) < 12, "the kill should land part-way"
+        assert 3 <= len(kept) <= 4, "the kill should land part-way (the server held the 9th request on)"
         kept_bytes = path.read_bytes()[: path.read_bytes().rfind(b"\n") + 1]
         done = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
