@@ -47,15 +47,24 @@ def test_batch_in_order_with_sampling_mapped(standin):
 
 
 def test_requests_of_a_batch_run_concurrently(standin):
-    # All 8 requests must be in flight at once to pass the barrier; sequential requests would time out.
-    barrier = threading.Barrier(8, timeout=5)
+    """All 8 requests must be in flight at once: each waits until it has seen 8 in flight. An event, not a race
+    against the clock: sequential requests never get there (each gives up after a generous 60 s and the test
+    fails), concurrent ones pass however loaded the machine."""
+    lock, all_in = threading.Lock(), threading.Event()
+    in_flight = [0]
 
     def together(request):
-        barrier.wait()
-        return "ok"
+        with lock:
+            in_flight[0] += 1
+            if in_flight[0] == 8:
+                all_in.set()
+        reached = all_in.wait(timeout=60)
+        return "ok" if reached else "alone"
 
     standin.respond = together
-    policy = policy_for(standin, max_workers=8, max_retries=0)
+    policy = OpenAIHTTPPolicy(
+        "stand-in", base_url=standin.base_url, timeout=120.0, max_workers=8, max_retries=0
+    )
     texts = policy.act([[{"role": "user", "content": "x"}]] * 8, [[]] * 8, SamplingConfig())
     assert texts == ["ok"] * 8
 
