@@ -162,6 +162,7 @@ class BfclMultiTurnEnv(ChatToolEnv):
         self.task: BfclTask | None = None
         self.world: BfclWorld | None = None  # type: ignore[assignment]
         self.ground_truth_world: BfclWorld | None = None
+        self._instance_seed: int | None = None
         super().__init__(render_mode, difficulty, max_turns, max_invalid_turns, max_tool_calls_per_turn)
         self.kinds = {tool.name: tool.kind for tool in self.domain_tools}
         self.turn_steps: list[list[list[str]]] = []  # the decoded trajectory, BFCL's format
@@ -195,6 +196,7 @@ class BfclMultiTurnEnv(ChatToolEnv):
         return self.episode
 
     def _new_episode(self, rng: np.random.Generator, difficulty: int) -> Episode:
+        # Unused by reset (a seed indexes its split's tasks, see _draw_episode); a random train task otherwise.
         ids = self.split_tasks("train")
         return self._episode(tasks_by_id()[ids[int(rng.integers(len(ids)))]])
 
@@ -237,12 +239,11 @@ class BfclMultiTurnEnv(ChatToolEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         options = dict(options or {})
         self._instance_seed = split_seed(seed, options.get("split"))
-        obs, info = super().reset(seed=seed, options=options)
+        super().reset(seed=seed, options=options)  # draws the task and opens turn 0 (text only, no world yet)
         assert self.task is not None
         self.world = BfclWorld(self.task, self._bfcl_tools)
         self.ground_truth_world = BfclWorld(self.task, self._bfcl_tools)
         self._episode_tools = [self.world.tools[name].schema for name in self.offered_at(0)]
-        # super().reset() asked the user for turn 0 before the task's world existed: only text was needed.
         self.turn_steps, self.results, self.checks = [[]], [], []
         self.user_turn, self.steps_in_turn, self.force_quit = 0, 0, False
         info = self._info()
@@ -277,7 +278,7 @@ class BfclMultiTurnEnv(ChatToolEnv):
             else:
                 self.messages.append({"role": "assistant", "content": turn.content})
                 self.agent_messages.append(turn.content)
-                terminated = self.next_user_turn().done
+                terminated = self.episode.user.reply(turn.content).done
         if counted:
             self.invalid_turns += 1
         truncated = not terminated and (
