@@ -97,6 +97,18 @@ MUTANTS = (
         ("tests/test_reasoning_gym_adapter.py", "tests/test_splits.py"),
     ),
     Mutant(
+        "split_key_text",
+        "arithmetic task keys back to the expression's text (v1): one task in two forms lands on both sides",
+        (
+            (
+                "trace_gym/adapters/reasoning_gym.py",
+                '"basic_arithmetic": lambda e: expression_key(str(e["metadata"]["expression"])),',
+                '"basic_arithmetic": lambda e: " ".join(str(e["metadata"]["expression"]).split()),',
+            ),
+        ),
+        ("tests/test_reasoning_gym_adapter.py", "tests/test_splits.py"),
+    ),
+    Mutant(
         "rg_partial_credit",
         "reasoning-gym answers graded by the dataset's partial-credit score_answer again",
         (
