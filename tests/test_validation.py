@@ -1,6 +1,7 @@
 """The validation suite passes on a sound env and fails, with a figure, on envs that break the contract."""
 
 import random
+import re
 
 import pytest
 
@@ -82,16 +83,13 @@ def test_suite_catches_broken_envs(cls, failing):
     assert failing <= failed, {n: r.figure for n, r in results.items()}
 
 
-# Holes the adversarial section finds in envs of other parts (reported in /work/notes/issue-7.md); strict
-# xfail, so a fix shows as XPASS and the entry goes. trace/retail-v0 is superseded because of its holes.
+# Holes the adversarial section (at 50 seeds) finds in envs of other parts; strict xfail, so a fix shows as
+# XPASS and the entry goes. The catalog capability envs are to be replaced by target-derived envs (issue 27).
 KNOWN_HOLES = {
-    "trace/retail-v0": "superseded by retail-v1: content-free confirmations, sprayed amounts and talk pass",
-    "trace/rg-arith1-v1": "sprayed numbers get partial credit (mean 0.023 > 0.02)",
-    "trace/rg-basic_arithmetic-v1": "another seed's answer gets partial credit (mean 0.05)",
-    "trace/rg-chain_sum-v1": "sprayed numbers get partial credit (mean 0.023 > 0.02, success 0%)",
-    "trace/rg-count_bits-v1": "another seed's answer is right 30% of the time (tiny answer space)",
-    "trace/rg-gcd-v1": "another seed's answer is right 30% of the time; sprayed numbers get partial credit",
-    "trace/rg-letter_counting-v1": "another seed's answer is right 20% of the time (tiny answer space)",
+    "trace/error-recovery-v0": "position shortcut: the target order is listed first (success 1.0, chance 0.4)",
+    "trace/information-gathering-v0": "negated confirmation: the user says yes to 'I will not ...'",
+    "trace/policy-adherence-v0": "hedged answers pass; negated confirmation gets a yes",
+    "trace/structured-reasoning-v0": "hedged answers (in one message and across messages) and position pass",
 }
 REGISTERED = [
     pytest.param(e, marks=pytest.mark.xfail(reason=KNOWN_HOLES[e], strict=True)) if e in KNOWN_HOLES else e
@@ -104,7 +102,7 @@ TINY = ValidationConfig(
     fuzz_seeds=2,
     fuzz_actions_per_seed=15,
     determinism_seeds=2,
-    adversarial_seeds=10,
+    adversarial_seeds=50,  # the adversarial section at its default: at 10 seeds chance hits hide holes
 )
 
 
@@ -116,12 +114,91 @@ def test_suite_passes_on_every_registered_env(env_id):
     ]
 
 
-def test_adversarial_section_catches_the_holes_of_retail_v0():
-    config = ValidationConfig(seeds=10, adversarial_seeds=10)
+# ---- each new probe fails retail with the hole it names planted ------------------------------------------------
+PROBES = ValidationConfig(seeds=20, adversarial_seeds=20)
+
+
+def _adversarial(env_id: str = "trace/retail-v2"):
     from trace_gym.core.validation import _check_adversarial
 
-    v0 = by_name(_check_adversarial("trace/retail-v0", {}, config))
-    failed = {name for name, r in v0.items() if not r.passed}
-    assert {"adversarial/content_free_confirmation", "adversarial/amount_spraying"} <= failed
-    v1 = by_name(_check_adversarial("trace/retail-v1", {}, config))
-    assert all(r.passed and r.figure.startswith("mean reward 0.000") for r in v1.values()), v1
+    return by_name(_check_adversarial(env_id, {}, PROBES))
+
+
+def test_retail_passes_every_probe():
+    assert all(r.passed for r in _adversarial().values()), _adversarial()
+
+
+def test_hedging_probes_catch_a_verifier_that_counts_any_right_figure(monkeypatch):
+    from trace_gym.targets.retail import facts, user, verifier
+
+    def lenient(need, messages):
+        return any(facts._right(need, {v}) for text in messages for v in facts.answer(need, text))
+
+    monkeypatch.setattr(user, "told", lenient)
+    monkeypatch.setattr(verifier, "told", lenient)
+    # and a user that waits for the right figure before it moves on (so a correction lands in time)
+    monkeypatch.setattr(user.UserRecords, "needs_stated", user.UserRecords.needs_told)
+    failed = {n for n, r in _adversarial().items() if not r.passed}
+    assert {"adversarial/hedged_answer", "adversarial/hedged_across_messages"} <= failed
+
+
+def test_negated_confirmation_probe_catches_a_user_that_reads_no_negation(monkeypatch):
+    from trace_gym.targets.retail import user
+
+    monkeypatch.setattr(user, "affirmed", lambda pattern, text: re.search(pattern, text, re.I) is not None)
+    monkeypatch.setattr(user, "_negated_action", lambda order_id, message: False)
+    assert not _adversarial()["adversarial/negated_confirmation"].passed
+
+
+def test_statement_probe_catches_a_user_that_answers_keywords(monkeypatch):
+    from trace_gym.targets.retail import reading
+
+    monkeypatch.setattr(reading, "is_request", lambda sentence: True)
+    assert not _adversarial()["adversarial/statement_asks_nothing"].passed
+
+
+def test_refused_write_probe_catches_a_verifier_that_checks_only_successful_writes(monkeypatch):
+    from trace_gym.targets.retail import verifier
+
+    original = verifier.violations
+    monkeypatch.setattr(
+        verifier,
+        "violations",
+        lambda task, calls, user: original(task, [c for c in calls if c.error is None], user),
+    )
+    assert not _adversarial()["adversarial/refused_write"].passed
+
+
+def test_position_probe_catches_a_generator_that_lists_the_target_first(monkeypatch):
+    from trace_gym.targets.retail import env as retail_env
+
+    original = retail_env.generate_task
+
+    def first(rng, difficulty):
+        task = original(rng, difficulty)
+        for state in (task.initial_state, task.expected_state):
+            orders = state["users"][task.user_id]["orders"]
+            if task.requests[0].order_id in orders:
+                orders.remove(task.requests[0].order_id)
+                orders.insert(0, task.requests[0].order_id)
+        return task
+
+    monkeypatch.setattr(retail_env, "generate_task", first)
+    assert not _adversarial()["adversarial/position_shortcut"].passed
+
+
+def test_other_seed_threshold_is_chance_adjusted():
+    """In a tiny answer space another seed's answer is right by chance; the allowance follows that chance."""
+    from trace_gym.core.validation import OtherSeedOracle, _chance
+
+    same = OtherSeedOracle.__new__(OtherSeedOracle)
+    same.oracle, same.other = [{"content": "<answer>yes</answer>"}], [{"content": "<answer>yes</answer>"}]
+    assert _chance(same) == 1.0
+    same.other = [{"content": "<answer>no</answer>"}]
+    assert _chance(same) == 0.0
+
+
+def test_first_message_overlap_is_reported_beside_split_overlap():
+    results = by_name(validate_env("trace/retail-v2", ValidationConfig(seeds=10, adversarial_seeds=2)))
+    overlap = results["first_message_overlap"]
+    assert overlap.passed and "test episodes" in overlap.figure and "split_overlap" in results

@@ -579,7 +579,9 @@ class RefusedWrite(AdversarialProbe):
     def actions(self, observation):
         # Only writes whose tool declares preconditions: those are policy rules the env states (a third-party
         # target such as BFCL, whose checker is the reward, declares none and is out of scope).
-        ruled = {t.name for t in getattr(self.env, "domain_tools", []) if t.kind == "write" and t.preconditions}
+        ruled = {
+            t.name for t in getattr(self.env, "domain_tools", []) if t.kind == "write" and t.preconditions
+        }
         for action in self.oracle:
             yield action
             if not any(n in ruled for n in _call_names(action)):
@@ -592,8 +594,9 @@ class RefusedWrite(AdversarialProbe):
 
 
 class PositionShortcut(AdversarialProbe):
-    """The oracle, with every id in its tool calls replaced by the first id of the same shape in the first tool
-    result that listed several ("take the first order"). Scored against chance (see :func:`position_chance`):
+    """The oracle, with every id of one kind in its tool calls (the first kind it uses that a tool result
+    listed several of) replaced by the first id of that kind in the first such listing ("take the first
+    order"). Scored against chance (see :func:`position_chance`):
     an env whose answer is uniformly placed lets it succeed about 1/k of the time for k listed candidates."""
 
     name = "position_shortcut"
@@ -601,6 +604,7 @@ class PositionShortcut(AdversarialProbe):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.candidates: list[int] = []  # k of each listing the probe took the first of
+        self.shape: tuple[str, int] | None = None
 
     def actions(self, observation):
         for action in self.oracle:
@@ -618,7 +622,12 @@ class PositionShortcut(AdversarialProbe):
                     continue
                 changed = False
                 for key, value in list(arguments.items()) if isinstance(arguments, dict) else []:
-                    if isinstance(value, str) and ID_SHAPE.fullmatch(value) and _shape(value) in listings:
+                    if not (
+                        isinstance(value, str) and ID_SHAPE.fullmatch(value) and _shape(value) in listings
+                    ):
+                        continue
+                    self.shape = self.shape or _shape(value)  # one decision: the first listed kind of id
+                    if _shape(value) == self.shape:
                         first, count = listings[_shape(value)]
                         arguments[key], changed = first, True
                         self.candidates.append(count)
