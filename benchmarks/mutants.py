@@ -85,6 +85,18 @@ MUTANTS = (
         ("tests/train/test_engine.py",),
     ),
     Mutant(
+        "train_prefix_positions",
+        "training log-probs: the tokens after the shared prefix get positions from 0 (not from the prefix end)",
+        (
+            (
+                "trace_train/grpo/logprobs.py",
+                "pos[r, col : col + n] = torch.arange(shared, shared + n)",
+                "pos[r, col : col + n] = torch.arange(0, n)",
+            ),
+        ),
+        ("tests/train/test_logprobs.py",),
+    ),
+    Mutant(
         "split_key",
         "reasoning-gym envs split by the raw question text instead of the canonical task key",
         (
@@ -242,10 +254,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{mutant.name}: {rows[-1][1]} ({secs:.0f} s) {rows[-1][2]}", flush=True)
             shutil.rmtree(tree, ignore_errors=True)
     print()
-    print(f"| {'mutant':<18} | {'result':<11} | {'seconds':>7} | killed by (first failing test) |")
-    print(f"|{'-' * 20}|{'-' * 13}|{'-' * 9}|{'-' * 32}|")
+    print(f"| {'mutant':<22} | {'result':<11} | {'seconds':>7} | killed by (first failing test) |")
+    print(f"|{'-' * 24}|{'-' * 13}|{'-' * 9}|{'-' * 32}|")
     for mutant, result, by, secs in rows:
-        print(f"| {mutant.name:<18} | {result:<11} | {secs:>7.0f} | {by} |")
+        print(f"| {mutant.name:<22} | {result:<11} | {secs:>7.0f} | {by} |")
     return 0 if all(r[1] == "killed" for r in rows) else 1
 
 

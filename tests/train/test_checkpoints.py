@@ -42,9 +42,13 @@ def _weights(out):
 
 
 def test_resume_is_exact(tiny_model_dir, tmp_path):
-    full = GRPOTrainer(_args(tiny_model_dir, tmp_path / "full")).train()
-    GRPOTrainer(_args(tiny_model_dir, tmp_path / "half", steps=2)).train()
-    resumed = GRPOTrainer(_args(tiny_model_dir, tmp_path / "half", resume=str(tmp_path / "half"))).train()
+    """On the parity env (rewards differ inside groups: a policy gradient, not only the KL term's)."""
+    parity = {"env_id": "traintest/parity-v0", "temperature": 1.0}
+    full = GRPOTrainer(_args(tiny_model_dir, tmp_path / "full", **parity)).train()
+    GRPOTrainer(_args(tiny_model_dir, tmp_path / "half", steps=2, **parity)).train()
+    resumed = GRPOTrainer(
+        _args(tiny_model_dir, tmp_path / "half", resume=str(tmp_path / "half"), **parity)
+    ).train()
     assert full["step"] == resumed["step"] == 4
     a, b = _weights(tmp_path / "full"), _weights(tmp_path / "half")
     assert a.keys() == b.keys()
@@ -54,6 +58,7 @@ def test_resume_is_exact(tiny_model_dir, tmp_path):
     assert any(v.abs().sum() > 0 for k, v in a.items() if "lora_B" in k)
     lines = (tmp_path / "half" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3, 4]
+    assert all(json.loads(x)["reward_std"] > 0 for x in lines)  # non-zero advantages every step
     ckpts = tmp_path / "half" / "checkpoints"
     assert (ckpts / "latest").read_text() == "step-0000004"
     assert not list(ckpts.glob(".staging*"))
