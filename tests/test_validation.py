@@ -202,3 +202,18 @@ def test_first_message_overlap_is_reported_beside_split_overlap():
     results = by_name(validate_env("trace/retail-v2", ValidationConfig(seeds=10, adversarial_seeds=2)))
     overlap = results["first_message_overlap"]
     assert overlap.passed and "test episodes" in overlap.figure and "split_overlap" in results
+
+
+def test_hedging_probe_catches_reasoning_gym_partial_credit(monkeypatch):
+    """reasoning-gym's own score_answer gives partial credit to "-140 -139" (issue 31): the probe catches it."""
+    pytest.importorskip("reasoning_gym")
+    from trace_gym.adapters import reasoning_gym as rg
+
+    env_id = next(e for e in trace_env_ids() if e.startswith("trace/rg-arith2-"))
+    assert _adversarial(env_id)["adversarial/hedged_answer"].passed
+    monkeypatch.setattr(
+        rg.ReasoningGymEnv,
+        "_exact",
+        lambda self, answer: float(self.dataset.score_answer(answer, self.entry)),
+    )
+    assert not _adversarial(env_id)["adversarial/hedged_answer"].passed

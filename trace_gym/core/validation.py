@@ -468,13 +468,38 @@ def _states_figures(action: Any) -> bool:
 
 class HedgedAnswer(AdversarialProbe):
     """Every figure the oracle states comes with a wrong one beside it ("-140 or -139"; the wrong one first on
-    odd turns): one answer must be one figure. Control: the figures left out."""
+    odd turns), and a word answer in ``<answer>`` tags with another seed's answer beside it: one answer must
+    be one figure. Control: the figures (the answer) left out."""
 
     name = "hedged_answer"
     has_control = True
+    uses_other = True
 
     def actions(self, observation):
+        other_answers = [
+            m.group(1) for a in self.other if _text_only(a) for m in ANSWER_TAG.finditer(_content(a))
+        ]
         for i, action in enumerate(self.oracle):
+            tagged = ANSWER_TAG.search(_content(action)) if _text_only(action) else None
+            if tagged and not _states_figures(action):
+                # A word answer: another seed's answer beside it, inside the tag ("father or uncle").
+                wrong = next(
+                    (w for w in other_answers if w.strip().lower() != tagged.group(1).strip().lower()), None
+                )
+                if wrong is None:
+                    yield action
+                    continue
+                self.applies = True
+                inner = (
+                    ""
+                    if self.control
+                    else f"{tagged.group(1)} or {wrong}"
+                    if i % 2
+                    else f"{wrong} or {tagged.group(1)}"
+                )
+                text = _content(action)
+                yield _with_content(action, text[: tagged.start(1)] + inner + text[tagged.end(1) :])
+                continue
             if not _states_figures(action):
                 yield action
                 continue
@@ -663,6 +688,7 @@ def _listings(messages: list[dict[str, Any]]) -> dict[tuple[str, int], tuple[str
 
 
 FIGURE = NUMBER
+ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 WILL = re.compile(r"\b(?:I|we) (?:will|shall|can|am going to)\b|\bI'll\b|\bwe'll\b", re.IGNORECASE)
 ID_SHAPE = re.compile(r"(#?[A-Za-z_]*?)(\d{4,})")
 ID_TOKEN = re.compile(r"#?\b[A-Za-z_]*\d{4,}\b(?!\.\d)")
@@ -808,7 +834,7 @@ def _play_probe(
     control: bool,
 ) -> tuple[float, AdversarialProbe]:
     other: list[Any] = []
-    if probe_type is OtherSeedOracle:
+    if probe_type is OtherSeedOracle or getattr(probe_type, "uses_other", False):
         _reset(other_env, seed + 1, config)
         other = other_env.oracle_actions()
     obs, _ = _reset(env, seed, config)
