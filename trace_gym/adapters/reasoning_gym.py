@@ -26,8 +26,9 @@ Splits
     ``options={"split": "train"|"test"}`` maps the seed into that split's range of :data:`SPLITS`, like every
     trace env (without the option, the seed's range decides). The split is by *content*, not only by seed:
     reset draws reasoning-gym instance seeds from ``np_random`` until the entry's canonical task key
-    (:meth:`ReasoningGymEnv.task_key`: the expression of arithmetic datasets, the sorted numbers of gcd/lcm,
-    else the whitespace-normalised question) hashes to the requested split (:mod:`trace_gym.core.splits`,
+    (:meth:`ReasoningGymEnv.task_key`: the expression of arithmetic datasets up to its form - redundant
+    parentheses, operand order, ``a + -b`` vs ``a - b`` (:func:`expression_key`) -, the sorted numbers of
+    gcd/lcm, else the whitespace-normalised question) hashes to the requested split (:mod:`trace_gym.core.splits`,
     20% of keys are test). No test question occurs in the train split, for any seed. A tiny problem space
     still splits, with few distinct test tasks: ``arith1`` (one-digit +/-) has about 40, so the demo uses
     ``arith2`` (operands of up to two digits, several thousand test tasks).
@@ -474,7 +475,8 @@ def env_id(name: str) -> str:
 
 
 def register_reasoning_gym_envs(names: Iterable[str] | None = None) -> list[str]:
-    """Register ``trace/rg-<name>-v0`` for each name; nothing when reasoning-gym is not installed.
+    """Register ``trace/rg-<name>-v2`` (:data:`ID_TEMPLATE`) for each name; nothing when reasoning-gym is not
+    installed.
 
     A name is a reasoning-gym dataset or one of :data:`CURATED_VARIANTS`; the default registers every curated
     dataset and variant. Registration uses a string entry point, so reasoning-gym is imported only when an
