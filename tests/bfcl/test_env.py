@@ -303,3 +303,10 @@ def test_every_held_out_turn_is_an_empty_later_turn():
         for turn, names in task.missed_function.items():
             assert turn > 0 and task.turns[turn] == () and names
         assert task.turns[0]
+
+
+def test_errors_do_not_reveal_held_out_functions(env):
+    reset_to(env, "multi_turn_miss_func_0")  # sort is held out until turn 3
+    obs, _, _, _, info = env.step({"tool_calls": [{"name": "sort_file", "arguments": {}}]})
+    assert info["invalid_action"] == "unknown_tool" and "mv" in obs[-1]["content"]
+    assert "sort" not in obs[-1]["content"].replace("sort_file", "")

@@ -96,10 +96,13 @@ HINT = (
     "request lacks a value a function needs, say so in plain text and call nothing in that turn."
 )
 DONE = "I have completed this request."
-MISSING_FUNCTION = "I cannot do this with the functions I have: it needs a function that is not available."
-MISSING_PARAMETER = (
-    "I cannot do this yet: your request lacks a value that the function needs. Could you tell me the details?"
-)
+# The oracle's reply to a turn with empty ground truth, by category (BFCL checks no call is made there).
+UNABLE = {
+    "miss_func": "I cannot do this with the functions I have: it needs a function that is not available.",
+    "miss_param": "I cannot do this yet: your request lacks a value that the function needs. "
+    "Could you tell me the details?",
+    "base": "I cannot do this with the functions and the information I have.",
+}
 
 
 QUOTED = re.compile(r"'([^'\n]{1,80})'|\"([^\"\n]{1,80})\"")
@@ -243,7 +246,8 @@ class BfclMultiTurnEnv(ChatToolEnv):
         assert self.task is not None
         self.world = BfclWorld(self.task, self._bfcl_tools)
         self.ground_truth_world = BfclWorld(self.task, self._bfcl_tools)
-        self._episode_tools = [self.world.tools[name].schema for name in self.offered_at(0)]
+        self.world.offered = self.offered_at(0)
+        self._episode_tools = [self.world.tools[name].schema for name in self.world.offered]
         self.turn_steps, self.results, self.checks = [[]], [], []
         self.user_turn, self.steps_in_turn, self.force_quit = 0, 0, False
         info = self._info()
@@ -355,6 +359,7 @@ class BfclMultiTurnEnv(ChatToolEnv):
         self.turn_steps.append([])
         added = [self.world.tools[n].schema for n in self.task.missed_function.get(self.user_turn, ())]
         self._episode_tools = self._episode_tools + added
+        self.world.offered = self.offered_at(self.user_turn)
         text = self.turn_text(self.user_turn)
         self.messages.append({"role": "user", "content": text})
         return UserReply(text)
@@ -397,19 +402,18 @@ class BfclMultiTurnEnv(ChatToolEnv):
         what is missing (the function, or a value to ask for)."""
         assert self.world is not None and self.task is not None
         actions: list[dict[str, Any]] = []
-        for index, calls in enumerate(self.task.ground_truth):
+        for calls in self.task.ground_truth:
             if not calls:
-                missing = self.task.category == "miss_func"
-                actions.append({"content": MISSING_FUNCTION if missing else MISSING_PARAMETER})
+                actions.append({"content": UNABLE.get(self.task.category, UNABLE["base"])})
                 continue
             size = math.ceil(len(calls) / MAX_STEPS_PER_TURN)
             for start in range(0, len(calls), size):
                 chunk = calls[start : start + size]
-                actions.append({"content": "", "tool_calls": [self._wire(index, c) for c in chunk]})
+                actions.append({"content": "", "tool_calls": [self._wire(c) for c in chunk]})
             actions.append({"content": DONE})
         return actions
 
-    def _wire(self, turn: int, text: str) -> dict[str, Any]:
+    def _wire(self, text: str) -> dict[str, Any]:
         assert self.world is not None
         name, arguments = parse_call(text, self.world.signature)
         return {"type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}

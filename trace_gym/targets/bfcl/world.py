@@ -141,6 +141,7 @@ class BfclWorld:
             for name, (cls, tool) in tools.items()
             if cls in self.instances and name in self.methods
         }
+        self.offered: list[str] = list(self.tools)  # what an error may list (the env hides held-out ones)
 
     def signature(self, name: str) -> inspect.Signature | None:
         method = self.methods.get(name)
@@ -151,7 +152,7 @@ class BfclWorld:
         ``error`` key, or an exception) that left the state unchanged is flagged ``precondition``."""
         tool = self.tools.get(name)
         if tool is None:
-            known = ", ".join(sorted(self.tools))
+            known = ", ".join(sorted(self.offered))
             return ToolResult(
                 name, f"Error: unknown tool {name!r}. Available tools: {known}.", "unknown_tool"
             )
