@@ -145,6 +145,7 @@ def test_decision_points_index_the_oracle(env):
     actions = env.oracle_actions()
     points = env.decision_points()
     assert set(points) == set(env.task_capabilities())
+    assert all(env.capability_descriptions[c] for c in env.capabilities)
     assert all(actions[i].get("tool_calls") for i in points["state-changing-calls"])
     assert [i for i in points["missing-function-awareness"] if actions[i].get("tool_calls")] == []
 

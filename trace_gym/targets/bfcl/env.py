@@ -66,6 +66,7 @@ from trace_gym.targets.bfcl.data import (
 from trace_gym.targets.bfcl.tools import make_tools
 from trace_gym.targets.bfcl.verifier import (
     CAPABILITIES,
+    DESCRIPTIONS,
     TurnCheck,
     check_turn,
     evaluate,
@@ -145,6 +146,7 @@ class BfclMultiTurnEnv(ChatToolEnv):
     content_split: ClassVar[bool] = True
     ablatable_capabilities: ClassVar[tuple[str, ...]] = ()
     capabilities: ClassVar[tuple[str, ...]] = CAPABILITIES
+    capability_descriptions: ClassVar[dict[str, str]] = dict(DESCRIPTIONS)
 
     def __init__(
         self,

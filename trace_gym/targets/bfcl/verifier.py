@@ -45,6 +45,22 @@ CAPABILITIES: tuple[Capability, ...] = (
     "missing-function-awareness",
     "missing-parameter-awareness",
 )
+# For reports and step 2 (trace_gym.analysis.capabilities describes retail's names only).
+DESCRIPTIONS: dict[Capability, str] = {
+    "state-changing-calls": (
+        "Makes the calls that change the state exactly as the request needs them (right functions, right "
+        "arguments, right order, after logging in or moving where needed), and no others."
+    ),
+    "information-retrieval": (
+        "Calls the functions whose answers the request asks for or depends on, with the right arguments."
+    ),
+    "missing-function-awareness": (
+        "Notices that none of the available functions can do what is asked, says so, and calls nothing."
+    ),
+    "missing-parameter-awareness": (
+        "Notices that the request lacks a value a function needs, asks for it, and calls nothing until told."
+    ),
+}
 ABSTAIN_CAPABILITY: dict[str, Capability] = {
     "miss_func": "missing-function-awareness",
     "miss_param": "missing-parameter-awareness",
