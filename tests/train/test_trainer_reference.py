@@ -40,7 +40,6 @@ def _args(tmp_path, model, **kw) -> GRPOArgs:
         temperature=1.0,
         lr=2e-3,
         max_grad_norm=1e9,  # no clipping: the step is the gradient's
-        save_every=0,
         tensorboard=False,
         progress=False,
         num_threads=1,
