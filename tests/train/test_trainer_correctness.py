@@ -30,7 +30,7 @@ def _args(tmp_path, model, **kw) -> GRPOArgs:
         groups_per_step=2,
         group_size=2,
         max_new_tokens=4,
-        save_every=0,
+        save_every=1000,  # more than the steps: one checkpoint at the end (0 is refused)
         tensorboard=False,
         progress=False,
         num_threads=1,

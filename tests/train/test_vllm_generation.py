@@ -77,7 +77,7 @@ def _args(model_dir, out, url, **kw) -> GRPOArgs:
         dynamic_sampling=True,
         lora_rank=4,
         lr=5e-2,
-        save_every=0,
+        save_every=1000,  # more than the steps: one checkpoint at the end (0 is refused)
         micro_batch_size=8,
         tensorboard=False,
         progress=False,
