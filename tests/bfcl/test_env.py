@@ -312,3 +312,13 @@ def test_errors_do_not_reveal_held_out_functions(env):
     obs, _, _, _, info = env.step({"tool_calls": [{"name": "sort_file", "arguments": {}}]})
     assert info["invalid_action"] == "unknown_tool" and "mv" in obs[-1]["content"]
     assert "sort" not in obs[-1]["content"].replace("sort_file", "")
+
+
+def test_settings_are_checked():
+    with pytest.raises(ValueError, match="categories"):
+        gym.make("trace/bfcl-multi-turn-v0", categories=["simple"])
+    with pytest.raises(ValueError, match="max_turns"):
+        gym.make("trace/bfcl-multi-turn-v0", max_turns=0)
+    env = gym.make("trace/bfcl-multi-turn-v0", categories=["long_context", "base"]).unwrapped
+    assert env.config.categories == ("base", "long_context") == env.categories
+    assert {i.split("_")[2] for i in env.split_tasks("test")} == {"base", "long"}

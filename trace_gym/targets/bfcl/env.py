@@ -26,7 +26,8 @@ Termination
     ``terminated`` after the agent's reply to the last user turn; ``truncated`` after BFCL's step limit in one
     user turn (21 steps with calls: BFCL force-quits), ``max_turns`` agent turns (default 120) or
     ``max_invalid_turns`` (default 5) turns with a call trace rejected (``parse``, ``unknown_tool``,
-    ``schema``); a truncated episode scores 0, as BFCL scores a force-terminated entry.
+    ``schema``); a truncated episode scores 0, as BFCL scores a force-terminated entry. The settings are
+    :class:`~trace_gym.targets.bfcl.config.BfclConfig`'s (keyword arguments of ``gym.make``).
 Invalid actions
     Never raise; a rejected call runs nothing and the turn goes on (BFCL would end the turn on undecodable
     text; trace's contract keeps the episode going with an error message instead). An API error answer that
@@ -53,6 +54,7 @@ import numpy as np
 
 from trace_gym.core.env import SPLITS, CallRecord, ChatToolEnv, Episode, Evaluation, _dump, split_seed
 from trace_gym.core.parsing import ActionParseError, AssistantTurn, parse_action
+from trace_gym.targets.bfcl.config import BfclConfig
 from trace_gym.targets.bfcl.data import (
     CATEGORIES,
     HOLDOUT_PROMPT,
@@ -153,16 +155,12 @@ class BfclMultiTurnEnv(ChatToolEnv):
         render_mode: str | None = None,
         difficulty: int | None = None,
         categories: tuple[str, ...] | list[str] = CATEGORIES,
-        max_turns: int = 120,
-        max_invalid_turns: int = 5,
-        max_tool_calls_per_turn: int = 40,
+        max_turns: int = BfclConfig.max_turns,
+        max_invalid_turns: int = BfclConfig.max_invalid_turns,
+        max_tool_calls_per_turn: int = BfclConfig.max_tool_calls_per_turn,
     ):
-        unknown = set(categories) - set(CATEGORIES)
-        if unknown or not categories:
-            raise ValueError(
-                f"categories must be a non-empty subset of {list(CATEGORIES)}, got {categories!r}"
-            )
-        self.categories = tuple(c for c in CATEGORIES if c in categories)
+        self.config = BfclConfig(tuple(categories), max_turns, max_invalid_turns, max_tool_calls_per_turn)
+        self.categories = self.config.categories
         self._bfcl_tools = make_tools()
         self.task: BfclTask | None = None
         self.world: BfclWorld | None = None  # type: ignore[assignment]
