@@ -109,6 +109,7 @@ def test_held_out_function_comes_back_at_its_turn(env):
     obs, info = reset_to(env, "multi_turn_miss_func_0")  # sort is held out until turn 3
     names = [t["function"]["name"] for t in info["tools"]]
     assert "sort" not in names and "mv" in names and "post_tweet" in names
+    assert names[0] == "authenticate_twitter" and names[-1] == "wc"  # BFCL's order: TwitterAPI, then files
     assert obs[0] == {"role": "system", "content": SYSTEM_PROMPT}
     actions = env.oracle_actions()
     texts = [i for i, a in enumerate(actions) if not a.get("tool_calls")]

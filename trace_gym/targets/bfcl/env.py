@@ -376,13 +376,15 @@ class BfclMultiTurnEnv(ChatToolEnv):
         return f"{json.dumps(added, ensure_ascii=False)}\n{HOLDOUT_PROMPT}"
 
     def offered_at(self, turn: int) -> list[str]:
-        """The tools offered at a user turn: the task's classes' functions, less those held out until later."""
+        """The tools offered at a user turn: the task's classes' functions (in the task's class order, as BFCL
+        lists them), less those held out until a later turn."""
         assert self.task is not None
         held = {n for t, names in self.task.missed_function.items() if t > turn for n in names}
         return [
             name
+            for involved in self.task.involved_classes
             for name, (cls, _tool) in self._bfcl_tools.items()
-            if cls in self.task.involved_classes and name not in held
+            if cls == involved and name not in held
         ]
 
     def bfcl_trajectory(self) -> list[list[list[str]]]:
