@@ -137,21 +137,17 @@ def _rss() -> float:
 
 
 def side_eval(engine: str, dtype: str, episodes: int, turns: int, tokens: int, model: str) -> dict[str, Any]:
+    from trace_train.config import EvalSettings
     from trace_train.evaluate import evaluate
-    from trace_train.policies.base import SamplingConfig
     from trace_train.policies.hf import HFPolicy
 
     policy = HFPolicy.from_pretrained(model, dtype=dtype).configure(engine=engine)
-    sampling = SamplingConfig(temperature=0.0, max_new_tokens=tokens)
     t0, c0 = time.perf_counter(), time.process_time()
     res = evaluate(
         policy,
         "trace/retail-v1",
-        episodes=episodes,
+        EvalSettings(episodes=episodes, max_turns=turns, max_new_tokens=tokens, batch_size=8),
         split="test",
-        sampling=sampling,
-        max_turns=turns,
-        batch_size=8,
         difficulty=2,
     )
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -297,9 +293,9 @@ def side_sft_flops(episodes: int, batch: int, model: str) -> dict[str, Any]:
     2 x hidden x vocab per predicted position, forward and backward alike."""
     import random
 
-    from trace_train.config import SFTArgs
     from trace_gym.registration import make_env
     from trace_gym.seeds import train_reset_seed
+    from trace_train.config import SFTArgs
     from trace_train.grpo.logprobs import shared_prefix_length
     from trace_train.policies.hf import HFPolicy
     from trace_train.sft import oracle_trajectories
@@ -433,9 +429,8 @@ def side_tool_ab(
     fmt: str, episodes: int, eval_episodes: int, difficulty: int, model: str, dtype: str
 ) -> dict[str, Any]:
     """SFT warm start with one tool rendering, then greedy evaluation on retail test tasks with the same one."""
-    from trace_train.config import SFTArgs
+    from trace_train.config import EvalSettings, SFTArgs
     from trace_train.evaluate import evaluate
-    from trace_train.policies.base import SamplingConfig
     from trace_train.policies.hf import HFPolicy
     from trace_train.sft import run_sft
 
@@ -461,11 +456,8 @@ def side_tool_ab(
     res = evaluate(
         policy,
         "trace/retail-v1",
-        episodes=eval_episodes,
+        EvalSettings(episodes=eval_episodes, max_turns=10, max_new_tokens=96, batch_size=16),
         split="test",
-        sampling=SamplingConfig(temperature=0.0, max_new_tokens=96),
-        max_turns=10,
-        batch_size=16,
         difficulty=difficulty,
     )
     episodes_ = res.trajectories
@@ -506,9 +498,9 @@ def side_batching(
     """Retail test episodes on the cached engine (greedy): one batch after another (``chunked``, what
     ``trace evaluate`` did) or continuously batched (``stream``: a finished episode's slot starts the next).
     ``min_idle``: the engine's ``min_idle_fraction`` (above 1: finished rows stay in the decode steps)."""
-    from trace_train.engine import engine_for
     from trace_gym.registration import make_env
     from trace_gym.seeds import reset_seed
+    from trace_train.engine import engine_for
     from trace_train.policies.base import SamplingConfig
     from trace_train.policies.hf import HFPolicy
     from trace_train.rollout import ResetSpec, collect, stream_collect

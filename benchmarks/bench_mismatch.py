@@ -58,7 +58,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--adapter", default=None, help="a PEFT adapter (e.g. the demo's SFT adapter)")
-    p.add_argument("--env-id", default="trace/rg-arith2-v1")
+    p.add_argument("--env-id", default="trace/rg-arith2-v2")
     p.add_argument("--dtype", default="bfloat16", choices=["auto", "float32", "bfloat16"])
     p.add_argument("--episodes", type=int, default=32)
     p.add_argument("--temperature", type=float, default=0.7)

@@ -30,7 +30,7 @@ from typing import Any
 from trace_gym.records import TRAJECTORIES, RecordWriter, read_records
 from trace_gym.registration import make_env
 from trace_gym.seeds import SplitRefusedError, refuse_test_records, refuse_test_split, reset_seed
-from trace_train.config import EngineArgs, knob
+from trace_train.config import EngineArgs, RolloutSettings, knob
 
 # settings that must match between a run and its --resume (anything else may change, e.g. the batch size)
 RESUME_KEYS = ("env_id", "split", "model", "adapter", "difficulty", "max_turns", "sampling", "seed_offset")
@@ -43,27 +43,23 @@ class RolloutError(ValueError):
 
 
 @dataclass
-class RolloutArgs(EngineArgs):
-    """Arguments of ``trace rollout`` (flags of the same names)."""
+class RolloutArgs(RolloutSettings, EngineArgs):
+    """Arguments of ``trace rollout`` (flags of the same names): :class:`RolloutSettings` plus the run's own."""
 
     env_id: str
     model: str
     out: str
-    episodes: int = knob(64, "episodes to run")
     split: str = knob("train", "only train is accepted: analysis never sees test tasks")
-    seed_offset: int = knob(0, "first train-split task index")
-    max_turns: int = knob(20, "turn cap per episode")
-    batch_size: int = knob(8, "episodes in flight")
-    temperature: float = knob(0.0, "sampling temperature (0 = greedy)")
-    top_p: float = knob(1.0, "nucleus sampling")
-    max_new_tokens: int = knob(256, "tokens per assistant turn")
-    max_total_tokens: int = knob(32768, "local engine: cut longer conversations (scored as they stand)")
     difficulty: int | None = knob(None, "the env's difficulty level (default: the id's)")
     base_url: str | None = knob(None, "OpenAI-compatible server (key from $OPENAI_API_KEY)")
     adapter: str | None = knob(None, "PEFT adapter dir (local) or served LoRA name (--base-url)")
     dtype: str = knob("float32", "weights dtype of a local model")
     resume: bool = knob(False, "continue the file in --out (same settings)")
     sampling_seed: int | None = knob(None, "per-request seed (HTTP servers)")
+
+    def __post_init__(self) -> None:
+        RolloutSettings.__post_init__(self)
+        EngineArgs.__post_init__(self)
 
     def sampling(self) -> dict[str, Any]:
         return {
@@ -113,7 +109,7 @@ def rollout(args: RolloutArgs, progress: Callable[[int, int], None] | None = Non
     """Run ``args.episodes`` episodes (minus those already in the file with ``resume``); see the module doc."""
     from trace_train.episodes import run_episodes
     from trace_train.policies.base import SamplingConfig
-    from trace_train.policies.factory import make_policy
+    from trace_train.policies.factory import policy_from_args
     from trace_train.policies.scripted import ScriptedAgent
     from trace_train.rollout import ResetSpec
 
@@ -142,14 +138,7 @@ def rollout(args: RolloutArgs, progress: Callable[[int, int], None] | None = Non
         policy = None
         if todo:
             try:
-                policy = make_policy(
-                    args.model,
-                    adapter=args.adapter,
-                    base_url=args.base_url,
-                    dtype=args.dtype,
-                    engine=args.engine,
-                    tool_format=args.tool_format,
-                )
+                policy = policy_from_args(args)
                 if isinstance(policy, ScriptedAgent):
                     policy.check(probe)
             except ValueError as err:

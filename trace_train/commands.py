@@ -13,7 +13,7 @@ import sys
 
 from rich.console import Console
 
-from trace_train.config import CHOICES, EngineArgs, add_dataclass_flags, from_namespace
+from trace_train.config import add_dataclass_flags, from_namespace
 
 console = Console()
 
@@ -48,33 +48,29 @@ def cmd_sft(ns: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(ns: argparse.Namespace) -> int:
+    from trace_train.config import EvalSettings, EvaluateArgs, settings_of
     from trace_train.evaluate import evaluate
     from trace_train.metrics import peak_rss_mb
-    from trace_train.policies.base import SamplingConfig
+    from trace_train.policies.factory import policy_from_args
 
-    sampling = SamplingConfig(temperature=ns.temperature, max_new_tokens=ns.max_new_tokens)
     try:
-        policy = _make_policy(ns)
-    except (FileNotFoundError, ImportError) as e:
+        args = from_namespace(EvaluateArgs, ns)
+        policy = policy_from_args(args)
+    except (FileNotFoundError, ImportError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = ns.out or f"runs/eval/{ns.env_id.replace('/', '_').replace(':', '_')}-{ns.split}.jsonl"
+    out = args.out or f"runs/eval/{args.env_id.replace('/', '_').replace(':', '_')}-{args.split}.jsonl"
     try:
         result = evaluate(
             policy,
-            ns.env_id,
-            episodes=ns.episodes,
-            split=ns.split,
-            sampling=sampling,
-            max_turns=ns.max_turns,
-            batch_size=ns.batch_size,
-            seed_offset=ns.seed_offset,
-            difficulty=ns.difficulty,
+            args.env_id,
+            EvalSettings(**settings_of(args, EvalSettings)),
+            split=args.split,
+            difficulty=args.difficulty,
             out_jsonl=out,
-            max_total_tokens=ns.max_total_tokens,
-            resume=ns.resume,
+            resume=args.resume,
         )
-    except ValueError as e:  # bad flag values, seeds outside the split
+    except ValueError as e:  # seeds outside the split, bad files
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(result.line())
@@ -83,19 +79,6 @@ def cmd_evaluate(ns: argparse.Namespace) -> int:
     if ns.json:
         print(json.dumps(result.summary()))
     return 0
-
-
-def _make_policy(ns: argparse.Namespace):
-    from trace_train.policies.factory import make_policy
-
-    return make_policy(
-        ns.model,
-        adapter=ns.adapter,
-        base_url=ns.base_url,
-        dtype=ns.dtype,
-        engine=getattr(ns, "engine", None),
-        tool_format=getattr(ns, "tool_format", None),
-    )
 
 
 def cmd_rollout(ns: argparse.Namespace) -> int:
@@ -119,7 +102,7 @@ def cmd_rollout(ns: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from trace_train.base_rollouts import RolloutArgs
-    from trace_train.config import GRPOArgs, SFTArgs
+    from trace_train.config import EvaluateArgs, GRPOArgs, SFTArgs
 
     train = subparsers.add_parser(
         "train", help="seed-grouped GRPO: train a LoRA adapter on any chat/text Gymnasium env"
@@ -137,42 +120,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "evaluate", help="success rate and mean reward with 95%% CIs on held-out seeds"
     )
     ev.add_argument("env_id")
-    ev.add_argument("--model", default="smollm2-135m", help="alias, local HF dir, or served model name")
-    ev.add_argument(
-        "--adapter",
-        default=None,
-        help="PEFT adapter directory (trace train/sft output); with --base-url, the served LoRA name",
-    )
-    ev.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (vLLM, llama.cpp) instead")
-    ev.add_argument("--episodes", type=int, default=50)
-    ev.add_argument("--split", default="test", choices=["train", "test"])
-    ev.add_argument("--seed-offset", type=int, default=0)
-    ev.add_argument("--difficulty", type=int, default=None)
-    ev.add_argument("--max-turns", type=int, default=8)
-    ev.add_argument("--max-new-tokens", type=int, default=256)
-    ev.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    ev.add_argument(
-        "--batch-size",
-        type=int,
-        default=32,
-        help="episodes decoded together; a finished episode's slot starts the next one at once (continuous "
-        "batching; default: 32)",
-    )
-    ev.add_argument(
-        "--max-total-tokens",
-        type=int,
-        default=32768,
-        help="cut a conversation past this many tokens (default: 32768; the env's turn limit normally ends it)",
-    )
-    ev.add_argument("--dtype", default="float32", choices=CHOICES["dtype"])
-    add_dataclass_flags(ev, EngineArgs)
-    ev.add_argument("--out", default=None, help="trajectories JSONL (default runs/eval/<env>-<split>.jsonl)")
-    ev.add_argument(
-        "--resume",
-        action="store_true",
-        help="keep the episodes --out already holds for these tasks and run only the rest (each episode is "
-        "appended as it finishes)",
-    )
+    add_dataclass_flags(ev, EvaluateArgs, skip={"env_id"})
     ev.add_argument("--json", action="store_true", help="also print the summary as JSON")
     ev.set_defaults(func=cmd_evaluate)
 

@@ -13,7 +13,7 @@ import copy
 import dataclasses
 import typing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from peft import LoraConfig
@@ -159,6 +159,119 @@ class LoraArgs:
 
 
 @dataclass(kw_only=True)
+class EvalSettings:
+    """How an evaluation runs: tasks, turn and token budgets, decoding. ``trace evaluate``, ``trace compare`` and
+    the pipeline's ``[evaluation]`` embed it (the split and the env's difficulty are each command's own)."""
+
+    episodes: int = knob(50, "tasks evaluated (the same seeds for every method: paired tests)", minimum=1)
+    seed_offset: int = knob(0, "first task index of the split", minimum=0)
+    max_turns: int = knob(8, "turn cap per episode", minimum=1)
+    max_new_tokens: int = knob(256, "tokens per assistant turn", minimum=1)
+    temperature: float = knob(0.0, "sampling temperature (0 = greedy)", minimum=0)
+    batch_size: int = knob(
+        16, "episodes decoded together; a finished episode's slot starts the next one at once", minimum=1
+    )
+    max_total_tokens: int = knob(
+        32768,
+        "cut a conversation past this many tokens (the env's turn limit normally ends it first)",
+        minimum=1,
+    )
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "episodes", "max_turns", "max_new_tokens", "batch_size", "max_total_tokens")
+        _check_positive(self, "seed_offset", minimum=0)
+        if not 0.0 <= self.temperature < float("inf"):
+            raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
+
+
+@dataclass
+class EvaluateArgs(EvalSettings, EngineArgs):
+    """``trace evaluate``: :class:`EvalSettings` plus the policy and where the episodes go."""
+
+    env_id: str
+    model: str = knob(
+        "smollm2-135m", "alias, local HF dir, compose:DIR, or the served model name (--base-url)"
+    )
+    adapter: str | None = knob(None, "PEFT adapter directory; with --base-url, the served LoRA name")
+    base_url: str | None = knob(None, "OpenAI-compatible endpoint (vLLM, llama.cpp) instead of a local model")
+    split: str = knob("test", "the split evaluated", enum=["train", "test"])
+    difficulty: int | None = knob(None, "the env's difficulty level (None: the id's default)")
+    dtype: str = knob("float32", "weights dtype of a local model")
+    out: str | None = knob(None, "trajectories JSONL (default runs/eval/<env>-<split>.jsonl)")
+    resume: bool = knob(False, "keep the episodes --out already holds for these tasks and run only the rest")
+
+    def __post_init__(self) -> None:
+        EvalSettings.__post_init__(self)
+        check_choices(self)
+        if self.split not in ("train", "test"):
+            raise ValueError(f"--split must be train or test, got {self.split!r}")
+
+
+@dataclass(kw_only=True)
+class CalibrationSettings:
+    """How ``trace calibrate`` measures an env's levels with the agent that will train (the pipeline's
+    ``[calibration]``): G samples on each of S train seeds per level, against TRACE's bands."""
+
+    seeds: int = knob(8, "S: train seeds per difficulty level", minimum=1)
+    group_size: int = knob(4, "G: samples per seed", minimum=2)
+    levels: list[int] = knob([], "difficulty levels to measure (empty: every level the env has)")
+    temperature: float = knob(1.0, "sampling temperature (the one training samples at)", minimum=0)
+    max_new_tokens: int = knob(256, "tokens per turn", minimum=1)
+    max_turns: int = knob(10, "turn cap", minimum=1)
+    batch_size: int = knob(16, "episodes generated together", minimum=1)
+    band_low: float = knob(0.2, "TRACE's band: lowest mean reward and success", minimum=0, maximum=1)
+    band_high: float = knob(0.6, "TRACE's band: highest mean reward and success", minimum=0, maximum=1)
+    informative: float = knob(0.5, "TRACE's band: least share of informative groups", minimum=0, maximum=1)
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "seeds", "max_new_tokens", "max_turns", "batch_size")
+        if self.group_size < 2:
+            raise ValueError(f"--group-size must be >= 2 (a group needs two samples), got {self.group_size}")
+        if not 0.0 <= self.band_low <= self.band_high <= 1.0:
+            raise ValueError(
+                f"the band needs 0 <= band_low <= band_high <= 1, got {self.band_low}, {self.band_high}"
+            )
+
+
+@dataclass
+class CalibrateArgs(CalibrationSettings, EngineArgs):
+    """``trace calibrate``: :class:`CalibrationSettings` plus the policy and what to write."""
+
+    env_id: str
+    model: str = knob("smollm2-135m", "alias, local HF dir, or the served model name (--base-url)")
+    adapter: str | None = knob(None, "PEFT adapter (e.g. the warm-started base agent)")
+    base_url: str | None = knob(None, "OpenAI-compatible endpoint instead of a local model")
+    dtype: str = knob("float32", "weights dtype of a local model")
+    threads: int = knob(0, "torch CPU threads (0: torch's default)", minimum=0)
+    json: str | None = knob(None, "also write the calibration as JSON here")
+    no_write: bool = knob(False, "do not write the chosen level into spec.json")
+
+    def __post_init__(self) -> None:
+        CalibrationSettings.__post_init__(self)
+        check_choices(self)
+
+
+@dataclass(kw_only=True)
+class RolloutSettings:
+    """How many base-agent episodes ``trace rollout`` runs and how it samples (the pipeline's ``[rollouts]``)."""
+
+    episodes: int = knob(64, "episodes to run", minimum=1)
+    seed_offset: int = knob(0, "first train-split task index", minimum=0)
+    max_turns: int = knob(20, "turn cap per episode", minimum=1)
+    batch_size: int = knob(8, "episodes in flight", minimum=1)
+    temperature: float = knob(0.0, "sampling temperature (0 = greedy)", minimum=0)
+    top_p: float = knob(1.0, "nucleus sampling", exclusiveMinimum=0, maximum=1)
+    max_new_tokens: int = knob(256, "tokens per assistant turn", minimum=1)
+    max_total_tokens: int = knob(
+        32768, "local engine: cut longer conversations (scored as they stand)", minimum=1
+    )
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "episodes", "max_turns", "batch_size", "max_new_tokens", "max_total_tokens")
+        _check_positive(self, "seed_offset", minimum=0)
+
+
+@dataclass(kw_only=True)
 class GRPOSettings:
     """GRPO's hyperparameters: what ``trace train`` and the pipeline's ``[adapters]`` section share (the section
     embeds this class with its own defaults, so every knob of the trainer is reachable from ``trace run``)."""
@@ -209,7 +322,7 @@ class GRPOSettings:
         False, "recompute activations in backward: long tool conversations fit in memory (slower)"
     )
     save_every: int = knob(
-        10, "checkpoint every N steps (an interrupted run resumes from the last)", minimum=1
+        10, "checkpoint every N steps (an interrupted run resumes from the last; 0: never)", minimum=0
     )
 
     def loss_config(self) -> LossConfig:
@@ -223,8 +336,8 @@ class GRPOSettings:
         _check_positive(
             self, "groups_per_step", "micro_batch_size", "micro_batch_tokens", "ppo_epochs", "num_minibatches"
         )
-        _check_positive(self, "max_new_tokens", "max_turns", "max_total_tokens", "save_every")
-        _check_positive(self, "max_refill_rounds", minimum=0)
+        _check_positive(self, "max_new_tokens", "max_turns", "max_total_tokens")
+        _check_positive(self, "save_every", "max_refill_rounds", minimum=0)
         if self.group_size < 2:
             raise ValueError(
                 f"--group-size must be >= 2 (advantages are relative to the group), got {self.group_size}"
@@ -315,9 +428,12 @@ class SFTSettings:
         minimum=1,
     )
 
+    min_episodes: ClassVar[int] = 1  # the pipeline's adapter fit allows 0 (no fit)
+
     def __post_init__(self) -> None:
         check_choices(self)
-        _check_positive(self, "episodes", "epochs", "batch_size", "max_turns", "micro_batch_tokens")
+        _check_positive(self, "episodes", minimum=self.min_episodes)
+        _check_positive(self, "epochs", "batch_size", "max_turns", "micro_batch_tokens")
         _check_positive(self, "seed_offset", minimum=0)  # past the train split: refused by train_reset_seed
         if not self.lr > 0.0:
             raise ValueError(f"--lr must be > 0, got {self.lr}")
@@ -352,7 +468,7 @@ class DemoArgs:
     ``oracle_actions()``; ``trace/retail-v0`` works the same way but needs a GPU to finish in that time.
     """
 
-    env_id: str = "trace/rg-arith2-v1"  # content-split (arith1's ~40 test tasks are too few)
+    env_id: str = "trace/rg-arith2-v2"  # content-split (arith1's ~40 test tasks are too few)
     model: str = "smollm2-135m"
     out: str = "runs/demo"
     sft_episodes: int = 256

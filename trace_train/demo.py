@@ -25,7 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from trace_train.config import DemoArgs, GRPOArgs, SFTArgs
+from trace_train.config import DemoArgs, EvalSettings, GRPOArgs, SFTArgs
 from trace_train.stats import PairedComparison, compare_paired
 
 SFT_SEED_OFFSET = 500_000
@@ -131,7 +131,6 @@ def _grpo_run(
     the last evaluation against the first (same test seeds)."""
     from trace_train.evaluate import evaluate
     from trace_train.grpo.trainer import GRPOTrainer
-    from trace_train.policies.base import SamplingConfig
 
     grpo = GRPOArgs(
         env_id=args.env_id,
@@ -154,7 +153,12 @@ def _grpo_run(
         progress=True,
     )
     trainer = GRPOTrainer(grpo)
-    greedy = SamplingConfig(temperature=0.0, max_new_tokens=args.max_new_tokens)
+    settings = EvalSettings(
+        episodes=args.eval_episodes,
+        max_turns=args.max_turns,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=50,
+    )
     curve: list[dict[str, Any]] = []
     records: list[list[dict[str, Any]]] = []
 
@@ -163,11 +167,8 @@ def _grpo_run(
         result = evaluate(
             trainer.policy,
             args.env_id,
-            episodes=args.eval_episodes,
+            settings,
             split="test",
-            sampling=greedy,
-            max_turns=args.max_turns,
-            batch_size=50,
             out_jsonl=out / f"eval-step{step}.jsonl",
         )
         point = {"step": step, **{k: v for k, v in result.summary().items() if k != "env_id"}}

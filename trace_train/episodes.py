@@ -25,7 +25,7 @@ from trace_gym.records import trajectory_record
 from trace_gym.registration import make_env, tools_of
 from trace_train.policies.base import SamplingConfig, as_conversation
 from trace_train.policies.scripted import ScriptedAgent
-from trace_train.rollout import ResetSpec
+from trace_train.rollout import ResetSpec, stream_collect
 
 RecordSink = Callable[[dict[str, Any]], None]
 
@@ -89,8 +89,6 @@ def run_episodes(
 
 
 def _engine_episodes(policy, envs, specs, sampling, max_turns, max_total_tokens, fields, finished) -> None:
-    from trace_train.rollout import stream_collect
-
     def on_finish(i: int, traj: Any, env: gym.Env) -> None:
         # read from the env before it is reused: its tools and, when the engine cut the episode (token budget)
         # before the env ended it, its score as it stands (as the env scores a turn-limit cut)

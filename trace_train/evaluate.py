@@ -9,6 +9,7 @@ from typing import Any
 from trace_gym.records import RecordWriter, read_records, write_records
 from trace_gym.registration import make_env
 from trace_gym.seeds import reset_seed
+from trace_train.config import EvalSettings
 from trace_train.episodes import run_episodes
 from trace_train.policies.base import Policy, SamplingConfig
 from trace_train.rollout import ResetSpec
@@ -40,43 +41,31 @@ class EvalResult:
 def evaluate(
     policy: Policy,
     env_id: str,
-    episodes: int = 50,
+    settings: EvalSettings | None = None,
+    *,
     split: str = "test",
-    sampling: SamplingConfig | None = None,
-    max_turns: int = 8,
-    batch_size: int = 16,
-    seed_offset: int = 0,
     difficulty: int | None = None,
     out_jsonl: str | Path | None = None,
-    max_total_tokens: int = 32768,
     resume: bool = False,
 ) -> EvalResult:
     """Greedy by default; seeds are ``reset_seed(split, seed_offset + i)`` so test seeds never overlap training.
 
-    ``max_total_tokens`` cuts a conversation that grows past it (the env's own turn limit normally ends it first;
-    retail's system prompt alone is ~3.3k SmolLM2 tokens, so a 4k cap would end episodes early).
+    ``settings.max_total_tokens`` cuts a conversation that grows past it (the env's own turn limit normally ends
+    it first; retail's system prompt alone is ~3.3k SmolLM2 tokens, so a 4k cap would end episodes early).
     ``out_jsonl`` receives each episode as it finishes (in the order of the tasks once all are done); with
     ``resume`` the episodes it already holds for these tasks are kept and only the others run (an evaluation
     interrupted after 150 of 200 episodes runs the last 50)."""
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    for name, value, low in (
-        ("episodes", episodes, 1),
-        ("batch_size", batch_size, 1),
-        ("max_turns", max_turns, 1),
-        ("max_total_tokens", max_total_tokens, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"--{name.replace('_', '-')} must be an integer >= {low}, got {value!r}")
-    if isinstance(seed_offset, bool) or not isinstance(seed_offset, int) or seed_offset < 0:
-        raise ValueError(f"--seed-offset must be an integer >= 0, got {seed_offset!r}")
-    sampling = sampling or SamplingConfig(temperature=0.0, max_new_tokens=256)
+    s = settings or EvalSettings()
+    episodes = s.episodes
+    sampling = SamplingConfig(temperature=s.temperature, max_new_tokens=s.max_new_tokens)
     path = Path(out_jsonl) if out_jsonl is not None else None
     probe = make_env(env_id)  # tells the seed convention (split-relative or disjoint ranges)
     try:
         specs = [
             ResetSpec(
-                seed=reset_seed(split, seed_offset + i, probe), group=i, split=split, difficulty=difficulty
+                seed=reset_seed(split, s.seed_offset + i, probe), group=i, split=split, difficulty=difficulty
             )
             for i in range(episodes)
         ]
@@ -93,9 +82,9 @@ def evaluate(
             env_id,
             todo,
             sampling,
-            max_turns=max_turns,
-            batch_size=batch_size,
-            max_total_tokens=max_total_tokens,
+            max_turns=s.max_turns,
+            batch_size=s.batch_size,
+            max_total_tokens=s.max_total_tokens,
             on_record=writer.write if writer is not None else None,
         )
     finally:

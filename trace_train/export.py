@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from trace_gym.records import read_records
 from trace_train.policies.openai_http import clean_message
 
 META_COLUMNS = ("env_id", "seed", "split", "reward", "success", "turns")
@@ -33,21 +34,12 @@ FORMATS = ("openai", "parquet", "hf")
 
 
 def read_trajectories(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
-    """Every record of the given JSONL files (a directory means its ``trajectories.jsonl``)."""
+    """Every record of the given trajectory files (a directory means its ``trajectories.jsonl``), read and
+    checked by :mod:`trace_gym.records` (the one reader: a bad line is an error naming the file and line)."""
     records = []
-    for path in map(Path, paths):
-        file = path / "trajectories.jsonl" if path.is_dir() else path
-        if not file.is_file():
-            raise FileNotFoundError(f"no trajectory file at {file}")
-        for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{file}:{number}: not a JSON line ({err})") from None
-            if not isinstance(record, dict) or not isinstance(record.get("messages"), list):
-                raise ValueError(f"{file}:{number}: a trajectory record needs a 'messages' list")
+    for path in paths:
+        for record in read_records(path, missing_ok=False):
+            record.pop("_line")
             records.append(record)
     return records
 
@@ -200,13 +192,12 @@ def _env_tools(env_id: str) -> list[dict[str, Any]]:
     import gymnasium as gym
 
     import trace_gym  # noqa: F401 - registers the envs
-    from trace_gym.registration import resolve_env_id
+    from trace_gym.registration import resolve_env_id, tools_of
 
     env = gym.make(resolve_env_id(env_id))
     try:
-        return list(env.get_wrapper_attr("tools"))
-    except AttributeError:
-        return []
+        _obs, info = env.reset(seed=0)
+        return tools_of(env, info)
     finally:
         env.close()
 

@@ -209,8 +209,8 @@ def test_compose_cli_trains_and_writes_the_artefact(compose_base, adapters, tmp_
 def test_router_and_moe_stream_with_continuous_batching(composition, monkeypatch):
     """stream_collect (what trace evaluate runs) with the router and the recording MoE: the same episodes as
     one batch, with episodes joining the running sessions."""
-    from trace_train.compose.baselines import MoEPolicy
     from trace_gym.registration import make_env
+    from trace_train.compose.baselines import MoEPolicy
     from trace_train.rollout import ResetSpec, collect, stream_collect
 
     randomise_gates(composition, seed=6)
@@ -238,9 +238,9 @@ def test_compare_evaluates_the_target_at_the_asked_difficulty(
     seen: list[tuple[str, int | None]] = []
     real_evaluate = compare_module.evaluate
 
-    def spy(policy, env_id, **kwargs):
+    def spy(policy, env_id, settings=None, **kwargs):
         seen.append((env_id, kwargs.get("difficulty")))
-        return real_evaluate(policy, env_id, **kwargs)
+        return real_evaluate(policy, env_id, settings, **kwargs)
 
     monkeypatch.setattr(compare_module, "evaluate", spy)
     art = save_composition(composition, tmp_path / "art", base_model=str(compose_base)).parent

@@ -97,8 +97,12 @@ def test_parquet_and_hf_dataset_round_trip(trajectories, tmp_path):
 
 def test_bad_input_names_the_line(tmp_path):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"messages": []}\n{oops\n')
-    with pytest.raises(ValueError, match="bad.jsonl:2"):
+    good = {"seed": 0, "split": "train", "reward": 0.0, "success": False, "messages": []}
+    bad.write_text(json.dumps(good) + "\n{oops\n")
+    with pytest.raises(ValueError, match="bad.jsonl:2 is not a JSON line"):
+        read_trajectories([bad])
+    bad.write_text(json.dumps(good) + "\n" + json.dumps({**good, "reward": "high"}) + "\n")
+    with pytest.raises(ValueError, match="bad.jsonl:2 is not a trajectory record .reward: 'high' is not"):
         read_trajectories([bad])
     with pytest.raises(FileNotFoundError):
         read_trajectories([tmp_path / "missing"])

@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from trace_gym.seeds import TEST_SEED_BASE
+from trace_gym.seeds import TEST_SEED_BASE, TestSeedError
 from trace_train.pipeline.config import config_from_dict
-from trace_gym.seeds import TestSeedError
 from trace_train.pipeline.progress import Reporter
 from trace_train.pipeline.runner import StageContext
 from trace_train.pipeline.stages import adapters, analysis, base, calibration, gates, rollouts, synthesis
@@ -89,8 +88,8 @@ def test_adapter_training_refuses_test_seeds(tmp_path):
 
 
 def test_adapter_oracle_fit_refuses_test_seeds(tmp_path):
-    """The SFT fit before GRPO (``adapters.sft_episodes``) reads oracle episodes from ``sft_seed_offset`` on."""
-    data = {"adapters": {"steps": 1, "sft_episodes": 4, "sft_seed_offset": TEST_SEED_BASE - 2}}
+    """The SFT fit before GRPO (``[adapters.sft]``) reads oracle episodes from its ``seed_offset`` on."""
+    data = {"adapters": {"steps": 1, "sft": {"episodes": 4, "seed_offset": TEST_SEED_BASE - 2}}}
     with pytest.raises(TestSeedError, match="stage adapters"):
         adapters.run(context(tmp_path, data, {**MODEL, "calibration": ENVS}))
 

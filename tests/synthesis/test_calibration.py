@@ -9,6 +9,7 @@ import pytest
 
 from trace_gym.synthesis.calibration import Bands, choose_level, level_stats, pass_at_k, write_calibration
 from trace_train.calibrate import calibrate, prompt_tokens
+from trace_train.config import CalibrationSettings
 
 
 def test_pass_at_k_is_the_unbiased_estimator():
@@ -51,12 +52,8 @@ def test_calibrate_with_the_tiny_model_writes_the_spec(tiny_policy, tmp_path):
     result = calibrate(
         "trace/policy-adherence-v0",
         tiny_policy,
+        CalibrationSettings(seeds=2, group_size=2, levels=[1, 2], max_new_tokens=8, max_turns=2),
         model_name="tiny",
-        seeds=2,
-        group_size=2,
-        levels=[1, 2],
-        max_new_tokens=8,
-        max_turns=2,
     )
     assert [s.level for s in result.levels] == [1, 2]
     assert all(s.groups == 2 and s.group_size == 2 for s in result.levels)

@@ -7,21 +7,16 @@ import json
 
 import pytest
 
+from trace_train.config import EvalSettings
 from trace_train.evaluate import evaluate
-from trace_train.policies.base import SamplingConfig
 from trace_train.policies.hf import HFPolicy
-
-GREEDY = SamplingConfig(temperature=0.0, max_new_tokens=6)
 
 
 def _eval(policy, out, resume=False, episodes=6):
     return evaluate(
         policy,
         "traintest/lookup-v0",
-        episodes=episodes,
-        sampling=GREEDY,
-        max_turns=2,
-        batch_size=2,
+        EvalSettings(episodes=episodes, max_new_tokens=6, max_turns=2, batch_size=2),
         out_jsonl=out,
         resume=resume,
     )
@@ -37,7 +32,7 @@ def test_resume_keeps_finished_episodes_and_runs_the_rest(tiny_model_dir, tmp_pa
     part = tmp_path / "part.jsonl"
     part.write_text("\n".join(lines[:3]) + "\n" + lines[3][:40])
     ran = []
-    import trace_train.evaluate as ev
+    import trace_train.episodes as ev
 
     real = ev.stream_collect
     monkeypatch.setattr(
@@ -64,7 +59,7 @@ def test_a_finished_evaluation_resumes_to_itself_without_running(
     policy = HFPolicy.from_pretrained(str(tiny_model_dir))
     out = tmp_path / "e.jsonl"
     first = _eval(policy, out, episodes=episodes)
-    import trace_train.evaluate as ev
+    import trace_train.episodes as ev
 
     monkeypatch.setattr(ev, "stream_collect", lambda *a, **k: pytest.fail("nothing should run"))
     assert _eval(policy, out, resume=True, episodes=episodes).trajectories == first.trajectories

@@ -24,8 +24,8 @@ from trace_train.compose.baselines import (
     xlora_policy,
 )
 from trace_train.compose.config import CompareArgs
+from trace_train.config import EvalSettings, settings_of
 from trace_train.evaluate import EvalResult, evaluate
-from trace_train.policies.base import SamplingConfig
 from trace_train.stats import compare_paired
 
 BASELINES = ("base", "router", "moe", "uniform", "arrow", "xlora")
@@ -113,7 +113,6 @@ def compare(args: CompareArgs) -> dict[str, Any]:
     models = expand_models(list(args.models), comp.names)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    sampling = SamplingConfig(temperature=0.0, max_new_tokens=args.max_new_tokens)
     results: dict[str, EvalResult] = {}
     notes: dict[str, str] = {}
     extra: dict[str, Any] = {}
@@ -123,12 +122,8 @@ def compare(args: CompareArgs) -> dict[str, Any]:
             result = evaluate(
                 policy,
                 args.target,
-                episodes=args.episodes,
+                EvalSettings(**settings_of(args, EvalSettings)),
                 split=args.split,
-                sampling=sampling,
-                max_turns=args.max_turns,
-                batch_size=args.batch_size,
-                seed_offset=args.seed_offset,
                 difficulty=args.difficulty,
                 out_jsonl=out / f"{name}.jsonl",
             )
@@ -159,14 +154,14 @@ def compare(args: CompareArgs) -> dict[str, Any]:
         **extra,
     }
     if "moe" in results and args.gate_chart and args.capability_episodes:
-        report.update(gate_choices(comp, tokenizer, args, sampling, out))
+        report.update(gate_choices(comp, tokenizer, args, out))
     (out / "compare.json").write_text(json.dumps(report, indent=2, default=str))
     (out / "compare.md").write_text(markdown_table(report))
     (out / "compare.html").write_text(html_table(report))
     return report
 
 
-def gate_choices(comp, tokenizer, args: CompareArgs, sampling: SamplingConfig, out: Path) -> dict[str, Any]:
+def gate_choices(comp, tokenizer, args: CompareArgs, out: Path) -> dict[str, Any]:
     """Which slot the MoE's gates chose, per env (the target and each capability env) and turn type.
 
     A separate recording run (``capability_episodes`` episodes per env, same split) so the table's MoE row
@@ -179,12 +174,8 @@ def gate_choices(comp, tokenizer, args: CompareArgs, sampling: SamplingConfig, o
         evaluate(
             policy,
             env_id,
-            episodes=args.capability_episodes,
+            EvalSettings(**{**settings_of(args, EvalSettings), "episodes": args.capability_episodes}),
             split=args.split,
-            sampling=sampling,
-            max_turns=args.max_turns,
-            batch_size=args.batch_size,
-            seed_offset=args.seed_offset,
         )
     choices = [
         {"env": env, "turn": kind, "slot": slot, "count": n}

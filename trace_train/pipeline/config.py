@@ -1,6 +1,12 @@
 """The pipeline's configuration: one TOML file, validated against a published JSON Schema.
 
-Every section is a dataclass (CleanRL style: one readable place per knob). The JSON Schema in
+Every section is a dataclass (CleanRL style: one readable place per knob). Sections that configure a trainer
+embed its settings class (``[adapters]`` is :class:`GRPOSettings`, ``[base.warm_start]`` and ``[adapters.sft]``
+are :class:`SFTSettings`, ``[rollouts]`` is :class:`RolloutSettings`, ``[calibration]`` is :class:`CalibrationSettings`,
+``[gates]`` is :class:`GateSettings`, ``[evaluation]`` is :class:`EvalSettings`,
+``[base]`` holds :class:`EngineArgs`), with
+the pipeline's own defaults, so every knob of those commands is reachable from ``trace run`` and a stage hands
+the settings over whole (:func:`trace_train.config.settings_of`), never field by field. The JSON Schema in
 ``config.schema.json`` is generated from these classes (``python -m trace_train.pipeline.config --schema``);
 a test keeps the two in step, so the published schema is exactly what ``trace run`` accepts.
 
@@ -19,18 +25,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trace_train.config import DTYPES, DemoArgs
+from trace_train.compose.config import GateSettings
+from trace_train.config import (
+    DTYPES,
+    CalibrationSettings,
+    DemoArgs,
+    EngineArgs,
+    EvalSettings,
+    GRPOSettings,
+    RolloutSettings,
+    SFTSettings,
+    knob,
+)
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.json")
 CONFIG_DIR = Path(__file__).with_name("configs")
-
-
-def knob(default: Any, help: str, **schema: Any) -> Any:
-    """A dataclass field with its description and extra JSON Schema keywords (minimum, enum, ...)."""
-    meta = {"help": help, "schema": schema}
-    if isinstance(default, list | dict):
-        return field(default_factory=lambda d=default: json.loads(json.dumps(d)), metadata=meta)
-    return field(default=default, metadata=meta)
 
 
 @dataclass
@@ -40,33 +49,21 @@ class TargetConfig:
 
 
 @dataclass
-class WarmStartConfig:
+class WarmStartConfig(SFTSettings):
+    """``trace sft``'s settings (:class:`SFTSettings`) with the warm start's defaults."""
+
     enabled: bool = knob(False, "supervised warm start on oracle trajectories before anything else")
     envs: list[str] = knob([], "envs whose train-split oracle trajectories are used (default: the target)")
-    episodes: int = knob(64, "oracle episodes per env", minimum=1)
     epochs: int = knob(1, "passes over the oracle data", minimum=1)
-    lr: float = knob(2e-4, "learning rate", exclusiveMinimum=0)
-    batch_size: int = knob(8, "sequences per optimiser step", minimum=1)
     seed_offset: int = knob(
         500_000, "first train-split task index (kept apart from the tasks rollouts and GRPO use)", minimum=0
-    )
-    max_turns: int = knob(12, "turn cap of an oracle episode", minimum=1)
-    difficulty: int | None = knob(
-        None, "difficulty of the oracle episodes (None: the env's default)", minimum=0
-    )
-    gradient_checkpointing: bool = knob(
-        False, "recompute activations in backward: long tool conversations fit in memory (slower)"
-    )
-    micro_batch_tokens: int = knob(
-        2048,
-        "tokens per forward/backward past the shared prefix (a batch is split; gradients add up to the whole "
-        "batch's); ~1.5 GB per 1,000 tokens in float32",
-        minimum=1,
     )
 
 
 @dataclass
-class BaseConfig:
+class BaseConfig(EngineArgs):
+    """The base agent; its engine and tool format (:class:`EngineArgs`) apply to every stage that runs it."""
+
     model: str = knob("smollm2-135m", "model alias or local Hugging Face directory", minLength=1)
     dtype: str = knob("float32", "weights dtype", enum=list(DTYPES))
     lora_rank: int = knob(16, "LoRA rank of the warm-start and capability adapters", minimum=1)
@@ -75,12 +72,12 @@ class BaseConfig:
 
 
 @dataclass
-class RolloutsConfig:
+class RolloutsConfig(RolloutSettings):
+    """``trace rollout``'s settings (:class:`RolloutSettings`) with step 1's defaults."""
+
     episodes: int = knob(64, "base-agent episodes on the target's train split", minimum=2)
-    seed_offset: int = knob(0, "first train-split task index", minimum=0)
     max_turns: int = knob(10, "turn cap per episode", minimum=1)
     max_new_tokens: int = knob(96, "tokens per assistant turn", minimum=1)
-    temperature: float = knob(0.0, "sampling temperature (0 = greedy)", minimum=0)
     batch_size: int = knob(16, "episodes generated together", minimum=1)
 
 
@@ -114,86 +111,70 @@ class SynthesisConfig:
 
 
 @dataclass
-class CalibrationConfig:
+class CalibrationConfig(CalibrationSettings):
+    """``trace calibrate``'s settings (:class:`CalibrationSettings`) with step 2's defaults."""
+
     enabled: bool = knob(True, "measure each env with the base agent and pick the difficulty in TRACE's band")
-    seeds: int = knob(8, "train seeds per difficulty level", minimum=1)
-    group_size: int = knob(4, "samples per seed", minimum=2)
-    levels: list[int] = knob([], "difficulty levels to measure (empty: every level the env has)")
     max_turns: int = knob(8, "turn cap", minimum=1)
     max_new_tokens: int = knob(96, "tokens per turn", minimum=1)
-    batch_size: int = knob(16, "episodes generated together", minimum=1)
 
 
 @dataclass
-class AdaptersConfig:
-    steps: int = knob(20, "GRPO steps per capability adapter", minimum=1)
-    groups_per_step: int = knob(4, "seed groups per step", minimum=1)
-    group_size: int = knob(8, "rollouts per seed", minimum=2)
-    loss_type: str = knob("dapo", "GRPO loss variant", enum=["grpo", "dr_grpo", "dapo"])
-    lr: float = knob(1e-4, "learning rate", exclusiveMinimum=0)
-    temperature: float = knob(1.0, "sampling temperature of the rollouts", exclusiveMinimum=0)
-    max_new_tokens: int = knob(96, "tokens per turn", minimum=1)
-    max_turns: int = knob(8, "turn cap", minimum=1)
-    micro_batch_size: int = knob(8, "sequences per forward/backward", minimum=1)
-    dynamic_sampling: bool = knob(True, "refill groups whose rewards are all equal")
-    save_every: int = knob(
-        5, "checkpoint every N steps (an interrupted run resumes from the last)", minimum=1
-    )
-    gradient_checkpointing: bool = knob(
-        False, "recompute activations in backward: long tool conversations fit in memory (slower)"
-    )
-    sft_episodes: int = knob(
-        0,
-        "before GRPO, fit each adapter to this many oracle episodes of its env (0: GRPO only, as the paper); "
-        "for a base that never succeeds on its env, where every group's rewards are equal and GRPO learns nothing",
-        minimum=0,
-    )
-    sft_epochs: int = knob(1, "passes over those oracle episodes", minimum=1)
-    sft_lr: float = knob(1e-3, "learning rate of that fit", exclusiveMinimum=0)
-    sft_seed_offset: int = knob(
+class AdapterFitConfig(SFTSettings):
+    """Before GRPO, fit each adapter to oracle episodes of its env (:class:`SFTSettings`; ``episodes = 0``: GRPO
+    only, as the paper). For a base that never succeeds on its env, every group's rewards are equal and GRPO
+    learns nothing."""
+
+    min_episodes = 0
+    episodes: int = knob(0, "oracle episodes of the adapter's env (0: no fit, GRPO only)", minimum=0)
+    epochs: int = knob(1, "passes over those oracle episodes", minimum=1)
+    lr: float = knob(1e-3, "learning rate of that fit", exclusiveMinimum=0)
+    batch_size: int = knob(4, "sequences per optimiser step of that fit", minimum=1)
+    seed_offset: int = knob(
         500_000, "first train-split task index of those episodes (apart from the GRPO tasks)", minimum=0
     )
-    sft_max_turns: int = knob(12, "turn cap of an oracle episode", minimum=1)
-    sft_micro_batch_tokens: int = knob(
+    micro_batch_tokens: int = knob(
         4096, "tokens per forward/backward of that fit (a shared prefix counted once)", minimum=1
     )
 
 
 @dataclass
-class GatesConfig:
-    enabled: bool = knob(True, "train token-level gates over the adapters (the MoE composition)")
-    steps: int = knob(50, "gate optimiser steps", minimum=1)
-    episodes_per_env: int = knob(16, "rollouts per capability env that feed the gate data", minimum=1)
-    base_episodes_per_env: int = knob(
-        8, "base-model rollouts per capability env (labelled slot 0)", minimum=0
+class AdaptersConfig(GRPOSettings):
+    """``trace train``'s GRPO settings (:class:`GRPOSettings`) with step 3's defaults, and the oracle fit."""
+
+    steps: int = knob(20, "GRPO steps per capability adapter", minimum=1)
+    loss_type: str = knob("dapo", "GRPO loss variant", enum=["grpo", "dr_grpo", "dapo"])
+    temperature: float = knob(1.0, "sampling temperature of the rollouts", exclusiveMinimum=0)
+    max_new_tokens: int = knob(96, "tokens per turn", minimum=1)
+    max_turns: int = knob(8, "turn cap", minimum=1)
+    dynamic_sampling: bool = knob(True, "refill groups whose rewards are all equal")
+    save_every: int = knob(
+        5, "checkpoint every N steps (an interrupted run resumes from the last)", minimum=1
     )
-    lr: float = knob(1e-3, "gate learning rate", exclusiveMinimum=0)
-    batch_size: int = knob(4, "gate-training sequences per step", minimum=1)
-    min_reward: float = knob(
-        1.0,
-        "an adapter rollout feeds the gates from this reward (smoke tests with an untrained model: 0)",
-        minimum=0,
-        maximum=1,
-    )
-    max_new_tokens: int = knob(96, "tokens per turn of the gate-data rollouts", minimum=1)
-    max_turns: int = knob(8, "turn cap of the gate-data rollouts", minimum=1)
-    oracle_episodes: int = knob(
-        0,
-        "an adapter with no successful rollout on its env is labelled on this many oracle episodes of the env "
-        "instead (0: the gates get no data for it, and with no data at all the MoE is not trained)",
-        minimum=0,
-    )
-    oracle_seed_offset: int = knob(
-        500_000, "first train-split task index of those oracle episodes", minimum=0
+    sft: AdapterFitConfig = field(
+        default_factory=AdapterFitConfig, metadata={"help": "the oracle fit before GRPO"}
     )
 
 
 @dataclass
-class EvaluationConfig:
+class GatesConfig(GateSettings):
+    """``trace compose``'s settings (:class:`GateSettings`) with step 4's defaults."""
+
+    enabled: bool = knob(True, "train token-level gates over the adapters (the MoE composition)")
+    steps: int = knob(50, "gate optimiser steps", minimum=1)
+    episodes_per_env: int = knob(16, "rollouts per capability env that feed the gate data", minimum=1)
+    max_new_tokens: int = knob(96, "tokens per turn of the gate-data rollouts", minimum=1)
+    max_turns: int = knob(8, "turn cap of the gate-data rollouts", minimum=1)
+    save_every: int = knob(0, "checkpoint every N gate steps (0: every quarter of the steps)", minimum=0)
+
+
+@dataclass
+class EvaluationConfig(EvalSettings):
+    """``trace evaluate``'s settings (:class:`EvalSettings`) with the proof's defaults, on the target's test split."""
+
     episodes: int = knob(200, "test-split tasks (the same seeds for every method: paired tests)", minimum=1)
     max_turns: int = knob(10, "turn cap", minimum=1)
     max_new_tokens: int = knob(96, "tokens per turn", minimum=1)
-    batch_size: int = knob(16, "episodes generated together", minimum=1)
     methods: list[str] = knob(
         ["base", "adapters", "router", "moe"],
         "what is evaluated: base, adapters (each adapter alone), router, moe, direct_grpo",
@@ -319,7 +300,10 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.path), list(map(str, e.path))))
     if errors:
         raise ConfigError(f"{source}: " + "; ".join(_explain(e) for e in errors[:5]))
-    return _build(RunConfig, data)
+    try:
+        return _build(RunConfig, data)
+    except ValueError as err:  # a section's own checks (e.g. clip_eps_high below clip_eps_low)
+        raise ConfigError(f"{source}: {err}") from None
 
 
 def _build(cls: type, data: dict[str, Any]) -> Any:

@@ -71,3 +71,16 @@ def make_policy(
             f"{spec!r} did not give a Policy (an object with name and act()), got {type(policy).__name__}"
         )
     return policy
+
+
+def policy_from_args(args: Any) -> Policy | ScriptedAgent:
+    """:func:`make_policy` from a command's arguments (``model``, ``adapter``, ``base_url``, ``dtype`` and the
+    :class:`~trace_train.config.EngineArgs` ``engine``/``tool_format``), e.g. ``RolloutArgs`` or ``EvaluateArgs``."""
+    return make_policy(
+        args.model,
+        adapter=args.adapter,
+        base_url=args.base_url,
+        dtype=args.dtype,
+        engine=args.engine,
+        tool_format=args.tool_format,
+    )

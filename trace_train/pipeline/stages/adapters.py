@@ -1,8 +1,8 @@
 """Stage ``adapters``: step 3, one LoRA adapter per capability env, seed-grouped GRPO on its train split.
 
 Each capability trains in ``<stage>/<capability>/`` with :class:`trace_train.grpo.trainer.GRPOTrainer` at the
-difficulty calibration chose. With ``adapters.sft_episodes`` the adapter is first fitted to that many oracle
-episodes of its env (train tasks from ``sft_seed_offset``, apart from the GRPO tasks; ``<capability>/sft/``) and
+difficulty calibration chose. With ``[adapters.sft]`` ``episodes`` the adapter is first fitted to that many
+oracle episodes of its env (train tasks from its ``seed_offset``, apart from the GRPO tasks; ``<capability>/sft/``) and
 GRPO continues from it: a base that never succeeds on the env gives every group equal rewards, from which GRPO
 learns nothing. Finished adapters are kept when the stage resumes; an unfinished one continues
 from its last checkpoint (``adapters.save_every``). The rollouts each adapter spent are counted for the
@@ -29,30 +29,21 @@ def grpo_args(
     steps: int,
     init_adapter: str | None = None,
 ):
-    from trace_train.config import GRPOArgs
+    """``[adapters]`` (GRPO's settings, whole) and ``[base]`` (engine, LoRA, dtype) for one adapter's run."""
+    from trace_train.config import EngineArgs, GRPOArgs, GRPOSettings, settings_of
 
-    cfg, a = ctx.config, ctx.config.adapters
+    cfg = ctx.config
     return GRPOArgs(
+        **{**settings_of(cfg.adapters, GRPOSettings), "steps": steps},
+        **settings_of(cfg.base, EngineArgs),
         env_id=env_id,
         model=ctx.upstream["base"]["model"],
         out=str(out),
-        steps=steps,
-        groups_per_step=a.groups_per_step,
-        group_size=a.group_size,
         difficulty=difficulty,
         seed=cfg.seed,
-        temperature=a.temperature,
-        max_new_tokens=a.max_new_tokens,
-        max_turns=a.max_turns,
-        loss_type=a.loss_type,
-        lr=a.lr,
-        micro_batch_size=a.micro_batch_size,
-        dynamic_sampling=a.dynamic_sampling,
         lora_rank=cfg.base.lora_rank,
         lora_alpha=cfg.base.lora_alpha,
         dtype=cfg.base.dtype,
-        save_every=a.save_every,
-        gradient_checkpointing=a.gradient_checkpointing,
         init_adapter=init_adapter,
         tensorboard=False,
         progress=False,  # the stage prints its own progress lines (readable in logs)
@@ -84,7 +75,7 @@ def train_adapter(
     # the trainer draws train-split tasks 0, 1, ...: one per group, refills included
     refills = a.dynamic_sampling * GRPOArgs.max_refill_rounds
     train_seeds("adapters", env_id, 0, steps * a.groups_per_step * (1 + refills))
-    sft_episodes = a.sft_episodes if sft_episodes is None else sft_episodes
+    sft_episodes = a.sft.episodes if sft_episodes is None else sft_episodes
     sft = _sft_warmup(ctx, label, env_id, out / "sft", difficulty, sft_episodes) if sft_episodes else None
     args = grpo_args(ctx, env_id, out, difficulty, steps, init_adapter=sft["adapter"] if sft else None)
     if (out / "checkpoints" / "latest").exists():
@@ -127,11 +118,11 @@ def _sft_warmup(
     ctx: StageContext, label: str, env_id: str, out: Path, difficulty: int | None, episodes: int
 ) -> dict[str, Any]:
     """Fit a fresh adapter to ``episodes`` oracle episodes of ``env_id`` (train split); reused when done."""
-    from trace_train.config import SFTArgs
+    from trace_train.config import EngineArgs, SFTArgs, SFTSettings, settings_of
     from trace_train.sft import run_sft
 
-    cfg, a = ctx.config, ctx.config.adapters
-    seeds = train_seeds("adapters", env_id, a.sft_seed_offset, episodes)  # refuses test seeds
+    cfg, fit = ctx.config, ctx.config.adapters.sft
+    seeds = train_seeds("adapters", env_id, fit.seed_offset, episodes)  # refuses test seeds
     done = out / "sft_summary.json"
     if done.is_file() and (out / "adapter").is_dir():
         summary = json.loads(done.read_text())
@@ -140,19 +131,12 @@ def _sft_warmup(
         started = time.time()
         summary = run_sft(
             SFTArgs(
+                **{**settings_of(fit, SFTSettings), "episodes": episodes, "difficulty": difficulty},
+                **settings_of(cfg.base, EngineArgs),
                 env_id=env_id,
                 model=ctx.upstream["base"]["model"],
                 out=str(out),
-                episodes=episodes,
-                epochs=a.sft_epochs,
-                lr=a.sft_lr,
-                batch_size=a.groups_per_step,
                 seed=cfg.seed,
-                seed_offset=a.sft_seed_offset,
-                max_turns=a.sft_max_turns,
-                difficulty=difficulty,
-                gradient_checkpointing=a.gradient_checkpointing,
-                micro_batch_tokens=a.sft_micro_batch_tokens,
                 lora_rank=cfg.base.lora_rank,
                 lora_alpha=cfg.base.lora_alpha,
                 dtype=cfg.base.dtype,
@@ -163,8 +147,8 @@ def _sft_warmup(
     return {
         "adapter": summary["adapter"],
         "episodes": episodes,
-        "epochs": a.sft_epochs,
-        "task_indices": [a.sft_seed_offset, a.sft_seed_offset + episodes - 1],
+        "epochs": fit.epochs,
+        "task_indices": [fit.seed_offset, fit.seed_offset + episodes - 1],
         "seeds": [seeds[0], seeds[-1]],
         "first_loss": summary.get("first_loss"),
         "final_loss": summary.get("final_loss"),

@@ -32,7 +32,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     if not warm.enabled:
         return {"model": model, "trained_on": [], "summary": f"base agent: {base.model} (no warm start)"}
 
-    from trace_train.config import SFTArgs
+    from trace_train.config import EngineArgs, SFTArgs, SFTSettings, settings_of
     from trace_train.sft import run_sft
 
     trained_on = []
@@ -44,20 +44,13 @@ def run(ctx: StageContext) -> dict[str, Any]:
         )
         summary = run_sft(
             SFTArgs(
+                **settings_of(warm, SFTSettings),
+                **settings_of(base, EngineArgs),
                 env_id=env_id,
                 model=model,
                 out=str(ctx.dir / f"sft-{i}"),
-                episodes=warm.episodes,
-                epochs=warm.epochs,
-                lr=warm.lr,
-                batch_size=warm.batch_size,
                 seed=cfg.seed,
-                seed_offset=warm.seed_offset,
-                max_turns=warm.max_turns,
-                difficulty=warm.difficulty,
                 merge=True,
-                gradient_checkpointing=warm.gradient_checkpointing,
-                micro_batch_tokens=warm.micro_batch_tokens,
                 lora_rank=base.lora_rank,
                 lora_alpha=base.lora_alpha,
                 dtype=base.dtype,

@@ -23,22 +23,18 @@ def run(ctx: StageContext) -> dict[str, Any]:
     for e in envs:
         train_seeds("calibration", e["env_id"], 0, c.seeds)
     from trace_train.calibrate import calibrate
-    from trace_train.policies.factory import make_policy
+    from trace_train.config import CalibrationSettings, settings_of
+    from trace_train.pipeline.stages.common import base_policy
 
-    policy = make_policy(ctx.upstream["base"]["model"], dtype=cfg.base.dtype)
+    policy = base_policy(cfg, ctx.upstream["base"]["model"])
     out = []
     for e in envs:
         ctx.log(f"{e['env_id']}: {c.seeds} seeds x {c.group_size} samples per difficulty level")
         result = calibrate(
             e["env_id"],
             policy,
+            CalibrationSettings(**settings_of(c, CalibrationSettings)),
             model_name=ctx.upstream["base"]["model"],
-            seeds=c.seeds,
-            group_size=c.group_size,
-            levels=c.levels or None,
-            max_new_tokens=c.max_new_tokens,
-            max_turns=c.max_turns,
-            batch_size=c.batch_size,
         )
         chosen = result.chosen
         out.append(

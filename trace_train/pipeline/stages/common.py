@@ -50,6 +50,16 @@ def build_tiny_model(directory: Path, seed: int) -> Path:
     return directory
 
 
+def base_policy(config: Any, model: str, adapter: str | None = None) -> Any:
+    """A policy of the run's base agent (plus ``adapter``): ``[base]``'s dtype, engine and tool format."""
+    from trace_train.config import EngineArgs, settings_of
+    from trace_train.policies.factory import make_policy
+
+    return make_policy(
+        model, adapter=adapter, dtype=config.base.dtype, **settings_of(config.base, EngineArgs)
+    )
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """A training run's per-step metrics (JSONL with a ``step`` key), as the run that finished saw them: a run
     resumed from a checkpoint logs the steps after it again, so a record whose step is not past the previous

@@ -29,8 +29,8 @@ def _paired(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> dict[str
 def _evaluate(
     ctx: StageContext, label: str, policy, out_name: str
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    from trace_train.config import EvalSettings, settings_of
     from trace_train.evaluate import evaluate
-    from trace_train.policies.base import SamplingConfig
 
     cfg, e = ctx.config, ctx.config.evaluation
     path = ctx.dir / f"{out_name}.jsonl"
@@ -49,11 +49,8 @@ def _evaluate(
     result = evaluate(
         policy,
         cfg.target.env_id,
-        episodes=e.episodes,
+        EvalSettings(**settings_of(e, EvalSettings)),
         split="test",
-        sampling=SamplingConfig(temperature=0.0, max_new_tokens=e.max_new_tokens),
-        max_turns=e.max_turns,
-        batch_size=e.batch_size,
         difficulty=cfg.target.difficulty,
         out_jsonl=path,
         resume=ctx.resume,  # an interrupted method keeps the episodes it finished
@@ -77,7 +74,7 @@ def _evaluate(
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
-    from trace_train.policies.factory import make_policy
+    from trace_train.pipeline.stages.common import base_policy as make_base_policy
 
     cfg, methods = ctx.config, ctx.config.evaluation.methods
     set_threads(cfg.threads)
@@ -96,14 +93,14 @@ def run(ctx: StageContext) -> dict[str, Any]:
         trajectories[row["method"]] = trajs
 
     base_wall = ctx.upstream["base"].get("wall_s", 0.0)
-    base_policy = make_policy(model, dtype=cfg.base.dtype)
+    base_policy = make_base_policy(cfg, model)
     row, trajs = _evaluate(ctx, "base", base_policy, "base")
     add(row, trajs, 0, base_wall)
     del base_policy
 
     if "adapters" in methods:
         for cap, info in adapters.items():
-            policy = make_policy(model, adapter=info["adapter"], dtype=cfg.base.dtype)
+            policy = make_base_policy(cfg, model, info["adapter"])
             row, trajs = _evaluate(ctx, f"adapter:{cap}", policy, f"adapter-{cap}")
             add(row, trajs, info["rollouts"], info["wall_s"])
             del policy
@@ -149,9 +146,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
                 cfg.target.difficulty,
                 steps,
                 rollout_budget=budget,
-                sft_episodes=a.sft_episodes * n_adapters,
+                sft_episodes=a.sft.episodes * n_adapters,
             )
-            policy = make_policy(model, adapter=info["adapter"], dtype=cfg.base.dtype)
+            policy = make_base_policy(cfg, model, info["adapter"])
             row, trajs = _evaluate(ctx, "direct_grpo", policy, "direct_grpo-eval")
             add(row, trajs, info["rollouts"], info["wall_s"])
     else:

@@ -27,11 +27,13 @@ def run(ctx: StageContext) -> dict[str, Any]:
         train_seeds("gates", info["env_id"], 0, g.episodes_per_env + g.base_episodes_per_env)
         if g.oracle_episodes:
             train_seeds("gates", info["env_id"], g.oracle_seed_offset, g.oracle_episodes)
-    from trace_train.compose.config import ComposeArgs
+    from trace_train.compose.config import ComposeArgs, GateSettings
     from trace_train.compose.train import compose, step_status
+    from trace_train.config import settings_of
 
     names = list(adapters)
     args = ComposeArgs(
+        **{**settings_of(g, GateSettings), "save_every": g.save_every or max(1, g.steps // 4)},
         adapters=[adapters[n]["adapter"] for n in names],
         envs=[adapters[n]["env_id"] for n in names],
         out=str(ctx.dir),
@@ -39,18 +41,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         names=names,
         dtype=cfg.base.dtype,
         seed=cfg.seed,
-        episodes_per_env=g.episodes_per_env,
-        base_episodes_per_env=g.base_episodes_per_env,
-        min_reward=g.min_reward,
         difficulties=[adapters[n].get("difficulty") for n in names],  # the levels the adapters trained at
-        oracle_episodes=g.oracle_episodes,
-        oracle_seed_offset=g.oracle_seed_offset,
-        max_new_tokens=g.max_new_tokens,
-        max_turns=g.max_turns,
-        steps=g.steps,
-        batch_size=g.batch_size,
-        lr=g.lr,
-        save_every=max(1, g.steps // 4),
         # the gate data (minutes of rollouts) is kept even when the run stopped before the first checkpoint
         resume=ctx.resume and (ctx.dir / "gate_data.pt").is_file(),
         tensorboard=False,

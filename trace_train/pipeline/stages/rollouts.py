@@ -16,21 +16,18 @@ from trace_train.pipeline.stages.common import set_threads
 def run(ctx: StageContext) -> dict[str, Any]:
     from trace_gym.records import TRAJECTORIES, read_records
     from trace_train.base_rollouts import RolloutArgs, rollout
+    from trace_train.config import EngineArgs, RolloutSettings, settings_of
 
     cfg, r = ctx.config, ctx.config.rollouts
     set_threads(cfg.threads)
     train_seeds("rollouts", cfg.target.env_id, r.seed_offset, r.episodes)  # refuses test seeds
     args = RolloutArgs(
+        **settings_of(r, RolloutSettings),
+        **settings_of(cfg.base, EngineArgs),
         env_id=cfg.target.env_id,
         model=ctx.upstream["base"]["model"],
         out=str(ctx.dir),
-        episodes=r.episodes,
         split="train",
-        seed_offset=r.seed_offset,
-        max_turns=r.max_turns,
-        batch_size=r.batch_size,
-        temperature=r.temperature,
-        max_new_tokens=r.max_new_tokens,
         difficulty=cfg.target.difficulty,
         dtype=cfg.base.dtype,
         resume=ctx.resume,
