@@ -91,9 +91,8 @@ def env_card(env_id: str) -> EnvCard:
 
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:
     """``gym.make`` for ``ns/name-vN`` and ``module:ns/name-vN``, trace's own envs registered first, without
-    Gymnasium's env checker (its passive checks reject text actions; ``trace check`` runs the real one)."""
-    import trace_gym  # noqa: F401 - registers the built-in envs and plugins
-
+    Gymnasium's env checker (its passive checks reject text actions; ``trace check`` runs the real one).
+    Importing this module imported ``trace_gym`` first, which registered the built-in envs and plugins."""
     return gym.make(env_id, disable_env_checker=True, **kwargs)
 
 

@@ -1,6 +1,6 @@
 """``trace rollout``: base-agent trajectories on a target's train split, one JSONL line per finished episode.
 
-Agents (``--model``, any spec of :func:`trace_train.policies.factory.make_policy`):
+Agents (``--model``, any spec of :func:`trace_train.policy_factory.make_policy`):
 
 * a local transformers model or an alias such as ``smollm2-135m``: the trainer's batched engine, continuously
   batched (``--batch-size`` episodes at once, one generate call per turn);
@@ -109,8 +109,8 @@ def rollout(args: RolloutArgs, progress: Callable[[int, int], None] | None = Non
     """Run ``args.episodes`` episodes (minus those already in the file with ``resume``); see the module doc."""
     from trace_train.episodes import run_episodes
     from trace_train.policies.base import SamplingConfig
-    from trace_train.policies.factory import policy_from_args
     from trace_train.policies.scripted import ScriptedAgent
+    from trace_train.policy_factory import policy_from_args
     from trace_train.rollout import ResetSpec
 
     refuse_test_split(args.split)

@@ -98,7 +98,7 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
     import trace_gym  # noqa: F401
     from trace_gym.registration import resolve_env_id
     from trace_gym.synthesis.calibration import spec_path, write_calibration
-    from trace_train.policies.factory import policy_from_args
+    from trace_train.policy_factory import policy_from_args
 
     args = from_namespace(CalibrateArgs, ns)
     env_id = resolve_env_id(args.env_id)

@@ -51,7 +51,7 @@ def cmd_evaluate(ns: argparse.Namespace) -> int:
     from trace_train.config import EvalSettings, EvaluateArgs, settings_of
     from trace_train.evaluate import evaluate
     from trace_train.metrics import peak_rss_mb
-    from trace_train.policies.factory import policy_from_args
+    from trace_train.policy_factory import policy_from_args
 
     try:
         args = from_namespace(EvaluateArgs, ns)

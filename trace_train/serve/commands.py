@@ -8,7 +8,7 @@ import sys
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from trace_gym.interop.server import serve_until_stopped
-    from trace_train.policies.factory import make_policy
+    from trace_train.policy_factory import make_policy
     from trace_train.serve.server import PolicyServer
 
     policy = make_policy(args.policy, adapter=args.adapter, dtype=args.dtype, device=args.device)

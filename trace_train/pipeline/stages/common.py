@@ -53,7 +53,7 @@ def build_tiny_model(directory: Path, seed: int) -> Path:
 def base_policy(config: Any, model: str, adapter: str | None = None) -> Any:
     """A policy of the run's base agent (plus ``adapter``): ``[base]``'s dtype, engine and tool format."""
     from trace_train.config import EngineArgs, settings_of
-    from trace_train.policies.factory import make_policy
+    from trace_train.policy_factory import make_policy
 
     return make_policy(
         model, adapter=adapter, dtype=config.base.dtype, **settings_of(config.base, EngineArgs)
