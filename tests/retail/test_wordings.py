@@ -10,7 +10,7 @@ import gymnasium as gym
 import pytest
 
 from tests.retail.conftest import play
-from tests.retail.wordings import FAMILIES, Family, Wording
+from tests.retail.wordings import FAMILIES, FRESH, FRESH_3, Family, Wording
 from trace_gym.targets.retail.tasks import say
 
 SEEDS_PER_FAMILY = 12
@@ -57,18 +57,24 @@ def success_rate(family: Family, wordings: tuple[Wording, ...]) -> tuple[float, 
     return oracle / n, reworded / (n * len(wordings)), n
 
 
-@pytest.mark.parametrize("half", ["tune", "held_out"])
+def _wordings(family: Family, half: str) -> tuple[Wording, ...]:
+    if half in ("fresh", "fresh_3"):
+        return (FRESH if half == "fresh" else FRESH_3)[family.name]
+    return getattr(family, half)
+
+
+@pytest.mark.parametrize("half", ["tune", "held_out", "fresh", "fresh_3"])
 @pytest.mark.parametrize("family", FAMILIES, ids=[f.name for f in FAMILIES])
 def test_reworded_family_succeeds_like_the_oracle(family: Family, half: str):
-    oracle, reworded, n = success_rate(family, getattr(family, half))
+    oracle, reworded, n = success_rate(family, _wordings(family, half))
     assert n >= 6 and oracle == 1.0
     assert reworded >= 0.9 * oracle, (family.name, half, reworded)
 
 
 if __name__ == "__main__":
     for family in FAMILIES:
-        for half in ("tune", "held_out"):
-            oracle, reworded, n = success_rate(family, getattr(family, half))
+        for half in ("tune", "held_out", "fresh", "fresh_3"):
+            oracle, reworded, n = success_rate(family, _wordings(family, half))
             print(
                 f"{family.name:14s} {half:9s} episodes {n:3d}  oracle {oracle:.2f}  reworded {reworded:.2f}"
             )

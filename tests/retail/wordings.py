@@ -216,3 +216,186 @@ FAMILIES = (
         lambda m: f"{m.group(1)} is not a valid order number, it seems. What else do you know about it?",
     ),
 )
+
+
+# A second held-out round, written after the first held-out measurement had been taken and the classes it
+# found fixed (see docs/retail.md): wordings no tuning has seen, measured once.
+FRESH: dict[str, tuple[Wording, ...]] = {
+    "email": (
+        lambda m: "Glad to help. Which e-mail is linked to your account?",
+        lambda m: "I just need the email tied to your profile and we can begin.",
+        lambda m: "To verify the account, what's your login email?",
+        lambda m: "Sure! Send over the email address you registered with.",
+        lambda m: "Can you tell me the email associated with your account, please?",
+        lambda m: "Let's get you verified: what email do you use to sign in?",
+    ),
+    "name_zip": (
+        lambda m: "I don't see an account under that email. What's your name and ZIP?",
+        lambda m: (
+            "That address didn't return a match; could you give me your first name, last name and zip code?"
+        ),
+        lambda m: "We have nothing on file for that email. Let me know your full name and postal code.",
+        lambda m: "No luck with that email. Can you tell me your name and the zip code on the account?",
+        lambda m: "The email isn't registered with us. Please provide your name and ZIP code.",
+        lambda m: "I came up empty with that email - could I get your full name and zip instead?",
+    ),
+    "order_id": (
+        lambda m: "Which order is this about? The number would help.",
+        lambda m: "Do you have the order number?",
+        lambda m: "Please tell me the ID of the order you'd like cancelled.",
+        lambda m: "Which of your purchases should I cancel?",
+        lambda m: "Could you point me to the order - what's its number?",
+        lambda m: "What's the reference number of that order?",
+    ),
+    "reason": (
+        lambda m: "Could you let me know the reason?",
+        lambda m: "Why would you like to cancel it?",
+        lambda m: "Mind telling me why you're cancelling?",
+        lambda m: "What's the reason - no longer needed, or ordered by mistake?",
+        lambda m: "I have to note a cancellation reason. Could you give me one?",
+        lambda m: "What prompted the cancellation?",
+    ),
+    "address": (
+        lambda m: "What's the address you'd like it shipped to now?",
+        lambda m: "Please give me the new address.",
+        lambda m: "Where are you living now? I'll redirect the order.",
+        lambda m: "To which address should the package go?",
+        lambda m: "Could you let me know the new shipping address?",
+        lambda m: "What's your new street address, city, state and zip?",
+    ),
+    "payment": (
+        lambda m: "Which payment option would you like to use?",
+        lambda m: "What card should I put this on - or would you prefer PayPal or a gift card?",
+        lambda m: "How should the difference be paid or refunded?",
+        lambda m: "Let me know which of your payment methods to use.",
+        lambda m: "Which method do you want for the money?",
+        lambda m: "Please pick how you'd like to pay.",
+    ),
+    "confirmation": (
+        lambda m: f"Okay - I'll {m.group(1)} Is that alright?",
+        lambda m: f"Plan: {m.group(1)} Shall I go ahead?",
+        lambda m: [f"Here's what will happen: {m.group(1)}", "Do you want me to proceed with this?"],
+        lambda m: f"I'm ready to {m.group(1)} Can you confirm?",
+        lambda m: f"To be clear, I will {m.group(1)} Are you happy for me to do that?",
+        lambda m: f"I will {m.group(1)} Please reply yes to authorise it.",
+    ),
+    "unavailable": (
+        lambda m: f"Sorry - the {m.group(1)} is out of stock at the moment.",
+        lambda m: f"The {m.group(1)} isn't something we can supply right now.",
+        lambda m: f"Unfortunately we don't carry the {m.group(1)} any more.",
+        lambda m: f"The {m.group(1)} is unavailable.",
+        lambda m: f"I'm afraid the {m.group(1)} is not in stock.",
+        lambda m: f"The {m.group(1)} has sold out.",
+    ),
+    "balance": (
+        lambda m: f"The gift card has just {m.group(2)}, not enough for the {m.group(1)} difference.",
+        lambda m: f"Your gift card ({m.group(2)}) can't pay for the price difference of {m.group(1)}.",
+        lambda m: (
+            f"The price difference of {m.group(1)} is more than your gift card balance ({m.group(2)}), so it won't cover it."
+        ),
+        lambda m: f"That gift card is short: {m.group(2)} available against a {m.group(1)} difference.",
+        lambda m: (
+            f"There's only {m.group(2)} on the gift card, and the difference is {m.group(1)}: insufficient."
+        ),
+        lambda m: f"The gift card balance of {m.group(2)} doesn't cover the {m.group(1)} price difference.",
+    ),
+    "not_found": (
+        lambda m: f"I can't find any order {m.group(1)}. What else do you remember about it?",
+        lambda m: f"{m.group(1)} doesn't seem to exist. Could you describe the order?",
+        lambda m: f"There's no order with the number {m.group(1)}. What was in it?",
+        lambda m: f"I was unable to find order {m.group(1)}. Is there anything else you recall?",
+        lambda m: f"Order {m.group(1)} isn't showing up. Can you tell me what you ordered?",
+        lambda m: f"We have no record of order {m.group(1)}. What items did it contain?",
+    ),
+}
+
+
+# A third held-out round, written after the second one's classes were fixed; measured once.
+FRESH_3: dict[str, tuple[Wording, ...]] = {
+    "email": (
+        lambda m: "Of course. Could I get the email address for the account?",
+        lambda m: "What email do you have on your account with us?",
+        lambda m: "Which e-mail address should I search for?",
+        lambda m: "Please provide the email address you used when ordering.",
+        lambda m: "I'll be happy to help once I've verified you - your email, please?",
+        lambda m: "Can I ask for your account email so I can authenticate you?",
+    ),
+    "name_zip": (
+        lambda m: "That email came back with no results. Could you share your name and zip code?",
+        lambda m: "I couldn't match that email to an account. What's the name and ZIP on it?",
+        lambda m: (
+            "No account under that email, I'm afraid. Please tell me your first and last name and your ZIP."
+        ),
+        lambda m: "Nothing under that email. Would you mind giving me your name and postal code?",
+        lambda m: "The email lookup failed. Let me try your name and zip code instead - what are they?",
+        lambda m: "That email isn't on file. Could you provide your name along with your zip code?",
+    ),
+    "order_id": (
+        lambda m: "Could you tell me which order it is?",
+        lambda m: "What is the number of the order you want to cancel?",
+        lambda m: "Can you give me the order number so I can pull it up?",
+        lambda m: "Which order should I cancel? Please include the #W number.",
+        lambda m: "Let me know the order ID.",
+        lambda m: "I'll need the order number - what is it?",
+    ),
+    "reason": (
+        lambda m: "Can you tell me why you want it cancelled?",
+        lambda m: "Before I cancel, what's the reason?",
+        lambda m: "Could you share the reason for cancelling?",
+        lambda m: "Why do you want to cancel this order?",
+        lambda m: "Is there a particular reason for the cancellation?",
+        lambda m: "Let me know your reason for cancelling, please.",
+    ),
+    "address": (
+        lambda m: "What's the new address for delivery?",
+        lambda m: "Could you share the full new address?",
+        lambda m: "Where should the order be delivered now?",
+        lambda m: "Please send me the new shipping address.",
+        lambda m: "What address would you like on the order?",
+        lambda m: "Let me know where to ship it.",
+    ),
+    "payment": (
+        lambda m: "Which payment method would you like me to use?",
+        lambda m: "What would you like to use for payment?",
+        lambda m: "Could you tell me which card or account to use?",
+        lambda m: "How would you like this paid or refunded?",
+        lambda m: "Please let me know the payment method.",
+        lambda m: "Do you want to use your card, PayPal, or a gift card?",
+    ),
+    "confirmation": (
+        lambda m: f"I'm going to {m.group(1)} Does that work for you?",
+        lambda m: f"Just confirming: I'll {m.group(1)} OK?",
+        lambda m: [f"I will {m.group(1)}", "Should I go ahead?"],
+        lambda m: f"I will {m.group(1)} May I proceed?",
+        lambda m: f"Here is the change: {m.group(1)} Would you like me to go ahead?",
+        lambda m: f"I'll {m.group(1)} Do I have your go-ahead?",
+    ),
+    "unavailable": (
+        lambda m: f"The {m.group(1)} is currently out of stock.",
+        lambda m: f"Unfortunately, the {m.group(1)} is no longer available.",
+        lambda m: f"I'm sorry, we've run out of the {m.group(1)}.",
+        lambda m: f"The {m.group(1)} isn't available right now.",
+        lambda m: f"I checked and the {m.group(1)} can't be ordered at the moment.",
+        lambda m: f"The {m.group(1)} is unavailable, unfortunately.",
+    ),
+    "balance": (
+        lambda m: (
+            f"The price difference is {m.group(1)}, and your gift card only has {m.group(2)}, so it isn't enough."
+        ),
+        lambda m: f"Your gift card balance is {m.group(2)}, which is less than the {m.group(1)} difference.",
+        lambda m: f"I'm sorry, the gift card's {m.group(2)} won't cover a {m.group(1)} price difference.",
+        lambda m: (
+            f"The {m.group(1)} difference can't be paid with the gift card: its balance is {m.group(2)}."
+        ),
+        lambda m: f"Your gift card has insufficient funds ({m.group(2)}) for the {m.group(1)} difference.",
+        lambda m: f"The difference is {m.group(1)}; the gift card balance of {m.group(2)} doesn't cover it.",
+    ),
+    "not_found": (
+        lambda m: f"I couldn't find an order with the number {m.group(1)}. What else can you tell me?",
+        lambda m: f"Order {m.group(1)} doesn't appear in our system. Do you remember what was in it?",
+        lambda m: f"There doesn't seem to be an order {m.group(1)}. Anything else you remember about it?",
+        lambda m: f"{m.group(1)} returned no results. Could you describe the order?",
+        lambda m: f"I'm not able to find {m.group(1)}. What did you order?",
+        lambda m: f"No order {m.group(1)} exists on our end. Do you recall any item in it?",
+    ),
+}

@@ -42,6 +42,10 @@ NEED_KEYWORDS: dict[str, re.Pattern[str]] = {
     ),
     "total": re.compile(r"total|together|altogether|combined|in all|sum|overall|add up", re.IGNORECASE),
 }
+PRIMARY_KEYWORDS: dict[str, re.Pattern[str]] = {
+    "refund_amount": re.compile(r"refund|reimburs|money back", re.IGNORECASE),
+    "price_difference": re.compile(r"difference", re.IGNORECASE),
+}
 STATUSES = ("pending", "processed", "delivered", "cancelled", "canceled", "shipped")
 STATUS_STATED = re.compile(
     r"\b(?:is|was|has been|had been|been|'s|’s|status(?: is)?:?|status of|currently|already|marked(?: as)?)"
@@ -114,7 +118,14 @@ def stated_amounts(text: str, need: Need) -> set[float]:
         return set()
     if len(values) == 1:
         return values
-    keyword = NEED_KEYWORDS.get(need.name, NEED_KEYWORDS["total"])
+    # The need's own word ("difference") decides when it pairs with an amount; generic ones ("pay") otherwise.
+    primary = PRIMARY_KEYWORDS.get(need.name, NEED_KEYWORDS["total"])
+    stated = _paired(text, primary) or _paired(text, NEED_KEYWORDS.get(need.name, NEED_KEYWORDS["total"]))
+    return stated | _alternatives(text, found, stated)
+
+
+def _paired(text: str, keyword: re.Pattern[str]) -> set[float]:
+    """The amounts nearest to each match of ``keyword`` (within the pairing windows)."""
     stated: set[float] = set()
     spans = _spans(text)
     for match in keyword.finditer(text):
@@ -127,7 +138,7 @@ def stated_amounts(text: str, need: Need) -> set[float]:
         ]
         if near:
             stated.add(round(min(near)[2], 2))
-    return stated | _alternatives(text, found, stated)
+    return stated
 
 
 # Two amounts offered as alternatives or a range: "$A or $B", "$A/$B", "$A to $B", "$A-$B", "between $A and $B".

@@ -9,9 +9,10 @@ Decided from the message's structure, not from trigger words, and deterministic 
   (no trigger inside another word: "reasonable" names no reason, "zipper" no zip code), and the name is not
   negated in its clause ("no need for your email, just your name and zip code" asks for the name and zip);
   alternatives ("your email or your name and zip code") ask for each;
-* a confirmation request (:data:`CONFIRM`) is a proposal; :func:`affirmed` says whether a proposal states an
-  action or a detail without negating it ("I will not cancel order ..." proposes no cancellation), and a
-  proposal that only points back ("shall I go ahead with that?") is read together with the message before;
+* a confirmation request (:data:`CONFIRM`, not inside a wh-question: "which card should I use?" asks for a
+  card) is a proposal; :func:`affirmed` says whether a proposal states an action or a detail without
+  negating it ("I will not cancel order ..." proposes no cancellation); the user reads a proposal that names
+  no order ("shall I go ahead?") together with the message before it;
 * an obstacle (:data:`OBSTACLES`: not found, not available, balance too low) is reported by any sentence,
   with positive or negative phrasings ("isn't available", "not in stock", "doesn't cover").
 
@@ -37,7 +38,7 @@ REQUEST = re.compile(
     r"specify|name|write|spell|verify|choose|pick|select|describe|explain|reply|respond)\b"
     r"|\b(?:please|kindly)\b(?! (?:note|be aware|bear|hold|wait|allow|stand by|rest assured))"
     r"|\b(?:could|can|would|will) you\b|\bmay i (?:have|ask|get|know|see)\b"
-    r"|\b(?:i|we)(?:'ll| will|'d| would)? (?:need|require) (?:your|you to|the|a|an|to (?:know|have|get|see|hear))\b"
+    r"|\b(?:i|we)(?:'ll| will|'d| would)?(?: just| only| first| also| still| now)? (?:need|require) (?:your|you to|the|a|an|to (?:know|have|get|see|hear))\b"
     r"|\b(?:let me know|tell me|inform me|fill me in|walk me through)\b"
     r"|\b(?:is|are) (?:needed|required|necessary)\b|\bif you (?:could|can|would|don'?t mind)\b",
     re.IGNORECASE,
@@ -56,13 +57,16 @@ SLOTS: dict[str, re.Pattern[str]] = {
         r"|\baccount (?:details|information|info)\b|\b(?:your|the) account\b",
         "order": r"\border (?:id|ids|number|numbers|no\.?|#|code|reference|ref)s?\b|\b(?:which|what) (?:order|one|purchase)s?\b"
         r"|\bwhich of (?:your|the|those|these) (?:orders|purchases)\b|\border (?:is it|is this|are you referring|do you mean)\b"
-        r"|\b(?:the|your) order'?s? (?:id|number|reference)\b|\bidentify the order\b|\bwhich (?:of them|one of)\b",
+        r"|\b(?:the|your) order'?s? (?:id|number|reference)\b|\bidentify the order\b|\bwhich (?:of them|one of)\b"
+        r"|\b(?:number|id|reference|code) (?:of|for) (?:the|your|that|this) (?:order|purchase)\b"
+        r"|\b(?:its|their) (?:order )?(?:number|id|reference)\b",
         "reason": r"\breasons?\b|\bwhy\b|\bwhat made you\b|\bwhat(?:'s| is) (?:prompting|behind|wrong|the matter)\b"
         r"|\bmotivat\w*|\bwhat (?:led|brought) you\b|\bhow come\b|\bcauses?\b"
-        r"|\bno longer (?:need|want)\w*|\bby (?:mistake|accident)\b|\bmistaken(?:ly)?\b",  # the reasons offered
+        r"|\bno longer (?:need|want)\w*|\bby (?:mistake|accident)\b|\bmistaken(?:ly)?\b"  # the reasons offered
+        r"|\bwhat\b[^?.!]{0,20}\b(?:prompt|caus|led|brought|made|motivat|trigger)\w*",
         "address": r"\b(?:new |shipping |delivery |postal |street |mailing )?address(?:es)?\b"
         r"|\b(?:ship|send|deliver|mail)(?:ed|ing)? (?:it |them |the order |your order |the package |the items )?to\b"
-        r"|\bwhere (?:should|would|do|shall|can|will|to) [^?.!]{0,40}\b(?:ship|send|deliver|go|arrive)\w*"
+        r"|\bwhere\b[^?.!]{0,40}\b(?:ship|send|deliver|go|arriv|mov|liv|relocat|head)\w*"
         r"|\bmoved\b|\bnew (?:location|place|home|residence|destination)\b|\bdestination\b|\bwhere to\b",
         "payment": r"\bpay(?:s|ing|ment|ments)?\b|\bpaid\b|\bcards?\b|\bpaypal\b|\bsettle\b|\bcharg(?:e|es|ed|ing)\b"
         r"|\bbill(?:ed|ing)?\b|\brefund(?:s|ed|ing)?\b|\breimburs\w*|\b(?:which|what) (?:method|account)\b"
@@ -82,13 +86,8 @@ CONFIRM = re.compile(
     r"|\bsound good\b|\byes ?/ ?no\b|\byes or no\b|\bare you sure\b|\bauthori[sz]\w*|\bapprov\w*"
     r"|\bgreen light\b|\bhappy (?:for me )?to\b|\bright\?|\bcorrect\?|\bok(?:ay)?\?|\bagreed\?|\bdeal\?"
     r"|\b(?:everything|all|this|that|these)(?: all)? (?:ok|okay|correct|right|good|fine|accurate)\?"
-    r"|\bgive (?:me )?the (?:ok|okay|go)\b|\bsay (?:yes|the word)\b",
-    re.IGNORECASE,
-)
-# A proposal that points back at details said before instead of repeating them.
-BACK_REFERENCE = re.compile(
-    r"\b(?:that|this|these|those|it|them|above|the above|as (?:described|stated|outlined|listed|summari[sz]ed|mentioned)"
-    r"|what i (?:described|said|listed|outlined|mentioned)|the (?:plan|changes?|steps?|action|request))\b",
+    r"|\bgive (?:me )?the (?:ok|okay|go)\b|\bsay (?:yes|the word)\b"
+    r"|\b(?:does|do|would|will|can) (?:that|this|it|these|those|everything) work\b|\bwork for you\b",
     re.IGNORECASE,
 )
 MORE = re.compile(
@@ -102,30 +101,47 @@ OBSTACLES: dict[str, re.Pattern[str]] = {
         rf"|\b(?:could|can|was|were|did|does|do|is|are){_NT} (?:be )?(?:find|found|locate|located|match|matched|look up|retrieve|exist|show up|turn up|appear|come up|in our)"
         r"|\b(?:couldn'?t|can'?t|cannot|unable to|failed to|didn'?t) (?:find|locate|match|look up|retrieve|see)"
         r"|\bno (?:account|user|order|match|record|result|trace|such order)s?\b|\bnothing (?:under|with|for|comes up|turned up|matches)"
-        r"|\bnot (?:recogni[sz]ed|on (?:file|record))\b|\b(?:unknown|invalid|doesn'?t exist|does not exist)\b",
+        r"|\bnot (?:recogni[sz]ed|on (?:file|record))\b|\b(?:unknown|invalid|doesn'?t exist|does not exist)\b"
+        r"|\b(?:doesn[’']?t|does not|don[’']?t|do not) (?:seem|appear) to (?:exist|be (?:there|in|on|valid|real|ours))"
+        r"|\b(?:isn[’']?t|is not|aren[’']?t|not) (?:showing|coming|turning|popping) up\b"
+        r"|(?:\bnot|n[’']t|\bno way to|\bunable to|\bcannot)\b[^.?!]{0,24}\b(?:find|locate|exist|match|retrieve|be (?:an?|any) order)\b"
+        r"|\b(?:not|isn[’']?t|wasn[’']?t) (?:a |an )?(?:valid|real|correct|known|existing|recogni[sz]ed)\b",
         re.IGNORECASE,
     ),
     "unavailable": re.compile(
-        r"\bunavailable\b|\bout[ -]of[ -]stock\b|\bsold[ -]out\b|\bno longer (?:available|offered|sold|in stock|carried|stocked)"
+        r"\bunavailable\b|\bout[ -]of[ -]stock\b|\b(?:sold|run|ran|running|runs) out\b|\bsold[ -]out\b|\bno longer (?:available|offered|sold|in stock|carried|stocked)"
         r"|\bnot (?:currently |presently )?(?:available|in stock|offered|sold|possible to get|stocked|orderable)"
         r"|\b(?:isn|aren|wasn|weren)[’']?t (?:currently |presently )?(?:available|in stock|offered|sold|stocked|orderable)"
         r"|\b(?:can|could)(?:[’']t|n[’']t|not| not) (?:be )?(?:ordered|selected|chosen|supplied|offered|shipped|had)"
-        r"|\bno (?:stock|availability|inventory)\b|\bnone (?:left|in stock)\b|\bnot have (?:it|that|this) in stock",
+        r"|\bno (?:stock|availability|inventory)\b|\bnone (?:left|in stock)\b",
         re.IGNORECASE,
     ),
     "balance": re.compile(
         r"\bnot (?:enough|sufficient|cover|large enough|high enough|big enough)|\binsufficient\b"
         rf"|\b(?:does|do|will|would|can|could){_NT} (?:fully )?(?:cover|have enough|suffice|pay for)"
         r"|\b(?:doesn'?t|won'?t|can'?t|cannot|isn'?t) (?:fully )?(?:cover|have enough|enough|suffice|sufficient)"
-        r"|\btoo (?:low|small|little)\b|\bexceeds?\b|\bshort (?:of|by)\b|\bfalls? short\b|\bonly (?:has|holds|contains|have)\b"
-        r"|\bless than\b|\bnot (?:enough )?funds\b|\blacks?\b",
+        r"|\btoo (?:low|small|little)\b|\bexceeds?\b|\bshort (?:of|by)\b|\b(?:is|are|falls?|fell|comes? up|runs?) short\b"
+        r"|\bonly (?:has|holds|contains|have)\b"
+        r"|\bless than\b|\bnot (?:enough )?funds\b|\blacks?\b"
+        r"|(?:\bnot|n[’']t|\bcannot|\bunable to)\b[^.?!]{0,24}\b(?:cover|pay|paid|fund|afford|enough|suffic)\w*",
         re.IGNORECASE,
     ),
 }
+# "We don't have / no longer carry the X in stock": a negated having, in a sentence about stock or options.
+NOT_CARRIED = re.compile(
+    r"(?:\bno longer|\bcannot|\bnot|n[’']t)\b[^.?!]{0,30}\b(?:have|carry|stock|offer|sell|supply|provide|get)\b",
+    re.IGNORECASE,
+)
+STOCK_TOPIC = re.compile(
+    r"\bin stock\b|\bavailab\w*|\bstock\b|\bany ?more\b|\bvariant|\bversion|\boption|\bcolou?r|\bsize\b"
+    r"|\bmodel\b|\bstyle\b|\bright now\b|\bat the moment\b|\bcurrently\b",
+    re.IGNORECASE,
+)
 # "available" / "in stock" after a negation in its clause ("we do not have that colour available").
 AVAILABLE = re.compile(r"\bavailable\b|\bin stock\b|\bstocked\b|\bon offer\b", re.IGNORECASE)
 
 
+PRONOUN = re.compile(r"\b(?:it|that|this|they|them|those|these|one)\b", re.IGNORECASE)
 # Figures offered as alternatives ("9240 or 9239", "$5/$6", "either ... or"): a proposal must name one value.
 ALTERNATIVES = re.compile(r"\d[\d,.]*\s*(?:or|/)\s*(?:\$|usd ?)?\d|\beither\b", re.IGNORECASE)
 
@@ -159,31 +175,46 @@ def _named(pattern: re.Pattern[str], clause: str) -> bool:
     return any(not _negated_at(clause, match.start()) for match in pattern.finditer(clause))
 
 
+def _slots_named(sentence: str) -> set[str]:
+    named: set[str] = set()
+    for clause in clauses(sentence):
+        for name, pattern in SLOTS.items():
+            if name == "address" and EMAIL_CONTEXT.search(clause):
+                continue  # "the address you signed up with" is an email
+            if _named(pattern, clause):
+                named.add(name)
+    return named
+
+
 def asked_slots(message: str) -> set[str]:
-    """The slots the message's requests ask for."""
+    """The slots the message's requests ask for; a request that names none but points back ("I need a
+    reason. What is it?") asks for those the sentence before it named."""
     asked: set[str] = set()
+    before: set[str] = set()
     for sentence in sentences(message):
-        if not is_request(sentence):
-            continue
-        for clause in clauses(sentence):
-            for name, pattern in SLOTS.items():
-                if name == "address" and EMAIL_CONTEXT.search(clause):
-                    continue  # "the address you signed up with" is an email
-                if _named(pattern, clause):
-                    asked.add(name)
+        named = _slots_named(sentence)
+        if is_request(sentence):
+            asked |= named or (before if PRONOUN.search(sentence) else set())
+        before = named
     if "email" in asked:
         asked.discard("identity")
     return asked
 
 
+WH_QUESTION = re.compile(r"^\W*(?:what|which|where|when|how|who|whom|whose|why)\b", re.IGNORECASE)
+
+
+def _asks_yes(sentence: str) -> bool:
+    """A request for a yes: a confirmation phrase in a clause that is not a wh-question ("which card should I
+    use?" asks for a card)."""
+    return is_request(sentence) and any(
+        CONFIRM.search(c) and not WH_QUESTION.search(c) for c in clauses(sentence)
+    )
+
+
 def confirmation_request(message: str) -> bool:
     """Some request of the message asks for a yes."""
-    return any(CONFIRM.search(s) for s in sentences(message) if is_request(s))
-
-
-def points_back(message: str) -> bool:
-    """A confirmation request that refers to details said before ("shall I go ahead with that?")."""
-    return any(BACK_REFERENCE.search(s) for s in sentences(message) if is_request(s) and CONFIRM.search(s))
+    return any(_asks_yes(s) for s in sentences(message))
 
 
 def affirmed(pattern: str | re.Pattern[str], text: str) -> bool:
@@ -212,4 +243,7 @@ def reports(message: str, obstacle: str) -> bool:
     """The message reports the obstacle (positive and negative phrasings)."""
     if OBSTACLES[obstacle].search(message):
         return True
-    return obstacle == "unavailable" and negates(AVAILABLE, message)
+    if obstacle != "unavailable":
+        return False
+    carried = any(NOT_CARRIED.search(s) and STOCK_TOPIC.search(s) for s in sentences(message))
+    return carried or negates(AVAILABLE, message)

@@ -35,7 +35,6 @@ from trace_gym.targets.retail.reading import (
     asked_slots,
     confirmation_request,
     negates,
-    points_back,
     reports,
     sentences,
 )
@@ -186,9 +185,10 @@ class RetailUser(UserRecords):
             return self._idle("That is far too long for me to read. Could you keep it short, please?")
         request = self.task.requests[self.current]
         proposal = confirmation_request(message)
-        # A proposal that names no order but points back is read with the message before it.
+        # A proposal that names no order ("Shall I go ahead?") is read with the agent's message before it, if
+        # that one was said during this request.
         context = message
-        if proposal and not ANY_ORDER_ID.search(message) and points_back(message) and len(self.heard) >= 2:
+        if proposal and not ANY_ORDER_ID.search(message) and len(self.heard) - 2 >= self.starts[-1]:
             context = self.heard[-2][1] + "\n" + message
         ids = {_order_id(m) for m in ANY_ORDER_ID.findall(context)} if proposal else set()
         if self._request_done(request, ids):
