@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from trace_gym.registration import make_env
 from trace_train.models import build_tiny_model
@@ -131,13 +132,20 @@ def test_seed_grouping_and_hint_share(tiny_model_dir):
     assert trainer._take_tasks(3) == [3, 4, 5]  # never reuses a task
 
 
-def test_batched_generation_matches_single(tiny_policy):
-    """Left padding must not change greedy outputs."""
-    prompts = [tiny_policy.prompt_ids([{"role": "user", "content": "x" * n}], []) for n in (1, 9, 30)]
-    greedy = SamplingConfig(temperature=0.0, max_new_tokens=8)
-    batched = tiny_policy.generate_ids(prompts, greedy)
-    single = [tiny_policy.generate_ids([p], greedy)[0] for p in prompts]
+def test_batched_generation_matches_single():
+    """Left padding must not change greedy outputs, on the position-sensitive test model (the random one emits
+    one token over and over, whatever its positions), whose replies differ and end."""
+    from tests.train.positional_model import build_positional_model
+
+    model, tok = build_positional_model(torch.float64)
+    policy = HFPolicy(model, tok, name="tiny-positional")
+    texts = ["Find record 7", "Find record 352 please please", "Find record 41" + " please" * 9]
+    prompts = [policy.prompt_ids([{"role": "user", "content": t}], []) for t in texts]
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=12)
+    batched = policy.generate_ids(prompts, greedy)
+    single = [policy.generate_ids([p], greedy)[0] for p in prompts]
     assert batched == single
+    assert len({tuple(x) for x in single}) > 1 and all(tok.eos_token_id in x for x in single)
 
 
 def test_tiny_model_builds():
