@@ -110,6 +110,8 @@ def test_metrics_average_over_the_minibatches_actually_run(tiny_model_dir, tmp_p
         temperature=1.0,
         num_minibatches=3,
         micro_batch_size=2,
+        dynamic_sampling=True,  # a group of equal rewards (another CPU samples differently) is replaced
+        max_refill_rounds=6,
     )
     GRPOTrainer(args).train()
     m = _metrics(tmp_path / "grpo")[0]
@@ -135,6 +137,8 @@ def test_same_seed_same_run(tiny_model_dir, tmp_path):
             group_size=4,
             temperature=1.0,
             lr=1e-3,
+            dynamic_sampling=True,
+            max_refill_rounds=6,
         )
         trainer = GRPOTrainer(args)
         trainer.train()
@@ -160,6 +164,8 @@ def test_micro_batches_sharing_one_prefix_give_the_gradients_of_one_batch(tiny_m
         tmp_path,
         tiny_model_dir,
         env_id="traintest/parity-v0",  # rewards differ inside groups: a policy gradient even at beta = 0
+        dynamic_sampling=True,
+        max_refill_rounds=6,
         temperature=1.0,
         micro_batch_size=4,
         beta=beta,

@@ -32,7 +32,7 @@ def _args(tmp_path, model, **kw) -> GRPOArgs:
         env_id="traintest/parity-v0",
         model=str(model),
         out=str(tmp_path / "grpo"),
-        steps=1,
+        steps=8,  # room for _sample's fresh tasks (the trainer refuses to leave the train split)
         groups_per_step=2,
         group_size=4,
         max_new_tokens=6,
@@ -93,13 +93,17 @@ def _perturb_lora_b(model) -> None:
                 p.normal_(0, 0.05)
 
 
-def _sample(trainer):
-    trajs, _ = trainer.collect_groups(RolloutStats())
-    by_group: dict[int, set[float]] = defaultdict(set)
-    for t in trajs:
-        by_group[t.spec.group].add(t.reward)
-    assert all(len(rs) > 1 for rs in by_group.values()), "rewards must differ inside every group"
-    return trajs
+def _sample(trainer, attempts: int = 8):
+    """A batch in which every group's rewards differ (fresh tasks until one comes: on another CPU the sampled
+    replies, and so the parity rewards, may differ from this one's)."""
+    for _ in range(attempts):
+        trajs, _ = trainer.collect_groups(RolloutStats())
+        by_group: dict[int, set[float]] = defaultdict(set)
+        for t in trajs:
+            by_group[t.spec.group].add(t.reward)
+        if all(len(rs) > 1 for rs in by_group.values()):
+            return trajs
+    raise AssertionError(f"no batch with differing rewards inside every group in {attempts} tries")
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
