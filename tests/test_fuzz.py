@@ -8,8 +8,16 @@ from hypothesis import strategies as st
 
 from trace_gym.registration import trace_env_ids
 
+
 # Huge integers (past Python's int-to-str digit limit), NaN and infinities are values a dict action can carry.
-HOSTILE_NUMBERS = st.sampled_from([10**5000, -(10**5000), 2**64, float("nan"), float("inf"), -float("inf")])
+def _hostile(name: str) -> int | float:
+    """Built on draw, by name: hypothesis reprs its strategies, and a repr of 10**5000 raises too."""
+    return {"big": 10**5000, "-big": -(10**5000), "2**64": 2**64, "nan": float("nan"), "inf": float("inf")}[
+        name
+    ]
+
+
+HOSTILE_NUMBERS = st.sampled_from(["big", "-big", "2**64", "nan", "inf"]).map(_hostile)
 json_values = st.recursive(
     st.none()
     | st.booleans()
@@ -35,10 +43,13 @@ def actions(draw):
     choice = draw(st.integers(0, 6))
     if choice == 0:
         return draw(st.text(max_size=200))
-    if choice == 1:
-        return json.dumps({"name": name, "arguments": arguments}, allow_nan=True)
-    if choice == 2:
-        return f"<tool_call>{json.dumps({'name': name, 'arguments': json.dumps(arguments, allow_nan=True)}, allow_nan=True)}</tool_call>"
+    if choice in (1, 2):
+        try:  # huge integers cannot be written as JSON text by Python: they go in a dict action instead
+            inner = arguments if choice == 1 else json.dumps(arguments, allow_nan=True)
+            text = json.dumps({"name": name, "arguments": inner}, allow_nan=True)
+        except ValueError:
+            return {"content": None, "tool_calls": [{"function": {"name": name, "arguments": arguments}}]}
+        return text if choice == 1 else f"<tool_call>{text}</tool_call>"
     if choice == 3:
         return {
             "content": draw(st.none() | st.text(max_size=20)),

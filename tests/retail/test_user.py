@@ -37,6 +37,8 @@ def test_confirms_only_orders_of_its_goal(env):
     find_seed(env, lambda t: len(t.requests) == 1 and t.requests[0].kind == "cancel", difficulty=1)
     goal = env.task.requests[0].order_id
     other = next(o for o in env.task.initial_state["orders"] if o != goal)
+    env.step(say("Do you want me to proceed?"))  # nothing proposed yet
+    assert "which order exactly" in last_user(env)
     env.step(say(f"Shall I cancel order {other}?"))
     assert last_user(env).startswith("No")
     env.step(say(f"Shall I cancel order {goal}?"))  # no reason, no refund: not a proposal to say yes to
@@ -47,8 +49,6 @@ def test_confirms_only_orders_of_its_goal(env):
     env.step(say(proposal))
     assert last_user(env) == "Yes, please go ahead."
     assert [o for _, o in env.episode.user.confirmations] == [goal]
-    env.step(say("Do you want me to proceed?"))
-    assert "which order exactly" in last_user(env)
 
 
 def test_gives_up_after_its_patience(env):
