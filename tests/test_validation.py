@@ -58,9 +58,15 @@ def by_name(results):
     return {r.name: r for r in results}
 
 
+# The toy library (tests/toy_library.py, a minimal fixture) checks its final state only: a wrong figure before
+# the right one and a repeated write the tools refuse both pass there. Reported to the fixture's owner.
+LIBRARY_HOLES = {"adversarial/hedged_across_messages", "adversarial/refused_write"}
+
+
 def test_suite_passes_on_the_library_env():
     results = validate_env("trace/test-library-v0", SMALL)
-    assert all(r.passed for r in results), [(r.name, r.figure, r.detail) for r in results if not r.passed]
+    failed = {r.name for r in results if not r.passed}
+    assert failed == LIBRARY_HOLES, [(r.name, r.figure, r.detail) for r in results if not r.passed]
     assert by_name(results)["unique_instances"].figure == "100.0% unique over 20 seeds"
 
 
