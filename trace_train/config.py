@@ -29,12 +29,14 @@ ENGINES = ("cached", "simple")
 # how tools are written into the system prompt of chat templates without native tool support
 TOOL_FORMATS = ("json", "compact")
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo")
+CURRICULA = ("fixed", "adaptive")  # GRPO's level choice (trace_train/grpo/curriculum.py)
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 CHOICES: dict[str, tuple[str, ...]] = {
     "dtype": DTYPES,
     "engine": ENGINES,
     "tool_format": TOOL_FORMATS,
     "loss_type": LOSS_TYPES,
+    "curriculum": CURRICULA,
 }
 
 
@@ -324,6 +326,53 @@ class GRPOSettings:
     save_every: int = knob(
         10, "checkpoint every N steps (an interrupted run resumes from the last; 0: never)", minimum=0
     )
+    # issue 29: keeping a small agent's groups informative (trace_train/grpo/curriculum.py, rescue.py)
+    curriculum: str = knob(
+        "fixed",
+        "fixed: every group at --difficulty; adaptive: each group's level (start depth) chosen from a running "
+        "success estimate per level so groups stay near --curriculum-target, climbing toward the full task "
+        "(--difficulty, when given, is the first level tried)",
+        enum=list(CURRICULA),
+    )
+    curriculum_target: float = knob(
+        0.5,
+        "adaptive curriculum: the success rate a group's level aims at",
+        exclusiveMinimum=0,
+        exclusiveMaximum=1,
+    )
+    curriculum_ema: float = knob(
+        0.3,
+        "adaptive curriculum: weight of a new group in a level's success estimate (EMA)",
+        exclusiveMinimum=0,
+        maximum=1,
+    )
+    reward: str = knob(
+        "success",
+        "training reward: success (the env's), shaped (the env's declared shaped reward), or mix:ALPHA "
+        "(ALPHA * shaped + (1 - ALPHA) * success)",
+        pattern=r"^(success|shaped|mix:[0-9.]+)$",
+    )
+    rescue_fraction: float = knob(
+        0.0,
+        "share of a group re-sampled with the env's hint when none of its rollouts succeeded (trained on the "
+        "base prompt, importance-corrected); 0: off",
+        minimum=0,
+        maximum=1,
+    )
+    rescue_is_cap: float = knob(
+        2.0,
+        "truncation of rescue rollouts' weights pi(a|base prompt) / pi(a|hinted prompt)",
+        exclusiveMinimum=0,
+    )
+    target_share: float = knob(
+        0.0,
+        "share of each step's groups drawn from --target-env-id's train split (0: off)",
+        minimum=0,
+        maximum=1,
+    )
+    rollout_budget: int = knob(
+        0, "stop once this many rollouts are spent (refills and rescues included); 0: no budget", minimum=0
+    )
 
     def loss_config(self) -> LossConfig:
         from trace_train.grpo.losses import LossConfig
@@ -353,6 +402,19 @@ class GRPOSettings:
         if not self.max_grad_norm > 0.0:
             raise ValueError(f"--max-grad-norm must be > 0, got {self.max_grad_norm}")
         self.loss_config()  # loss type, clip range, beta, is_cap
+        _check_positive(self, "rollout_budget", minimum=0)
+        from trace_train.grpo.curriculum import RewardChoice  # light: no torch
+
+        RewardChoice.parse(self.reward)
+        if not 0.0 < self.curriculum_target < 1.0:
+            raise ValueError(f"--curriculum-target must be in (0, 1), got {self.curriculum_target}")
+        if not 0.0 < self.curriculum_ema <= 1.0:
+            raise ValueError(f"--curriculum-ema must be in (0, 1], got {self.curriculum_ema}")
+        for name in ("rescue_fraction", "target_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(self, name)}")
+        if not self.rescue_is_cap > 0.0:
+            raise ValueError(f"--rescue-is-cap must be > 0, got {self.rescue_is_cap}")
 
 
 @dataclass
@@ -364,6 +426,9 @@ class GRPOArgs(GRPOSettings, EngineArgs, LoraArgs):
     out: str = knob("runs/grpo", "output directory (adapter, checkpoints, metrics)")
     init_adapter: str | None = knob(None, "start from an existing adapter (e.g. `trace sft` output)")
     difficulty: int | None = knob(None, "the env's difficulty level (None: the id's default)")
+    target_env_id: str | None = knob(
+        None, "the target env whose train-split groups are mixed in (--target-share)"
+    )
     seed: int = knob(0, "seed of sampling and initialisation")
     lora_rank: int = knob(16, "LoRA rank")
     lora_alpha: int = knob(32, "LoRA alpha")
@@ -391,6 +456,10 @@ class GRPOArgs(GRPOSettings, EngineArgs, LoraArgs):
         super().__post_init__()
         _check_positive(self, "lora_rank")
         _check_positive(self, "num_threads", minimum=0)
+        if self.target_share > 0 and not self.target_env_id:
+            raise ValueError(
+                "--target-share > 0 needs --target-env-id (the env whose train split is mixed in)"
+            )
 
 
 def _check_positive(args: object, *names: str, minimum: int = 1) -> None:

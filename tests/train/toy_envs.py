@@ -167,12 +167,51 @@ class ThreeTurnChatEnv(gym.Env):
         return list(self.messages), float(done), done, False, {}
 
 
+class LevelParityEnv(gym.Env):
+    """Issue 29's declarations on a single-turn chat env: integer levels (``difficulty_levels``, reset option
+    ``difficulty``; the level is in the prompt), a hint (``options={"hint": True}`` with
+    ``info["base_system_prompt"]``) and a shaped reward (``shaped_reward_key`` naming an entry of
+    ``info["reward_components"]``). Success as in :class:`ParityEnv` (about half the time for the tiny model);
+    the milestones reward is the share of the reply's first two bytes that are even."""
+
+    BASE = "Reply with an even byte sum."
+    difficulty_levels = (1, 2, 3)
+    shaped_reward_key = "milestones"
+
+    def __init__(self):
+        self.observation_space = TextSpace()
+        self.action_space = TextSpace()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        options = options or {}
+        self.level = int(options.get("difficulty", 3))
+        if self.level not in self.difficulty_levels:
+            raise ValueError(f"difficulty must be one of {self.difficulty_levels}")
+        system = self.BASE + (" Hint: end with a space if the sum is odd." if options.get("hint") else "")
+        self.messages = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": f"Level {self.level}, task {int(self.np_random.integers(1000))}."},
+        ]
+        return list(self.messages), {"base_system_prompt": self.BASE}
+
+    def step(self, action):
+        text = action if isinstance(action, str) else str(action.get("content") or "")
+        data = text.encode("utf-8", "replace")
+        reward = 1.0 if sum(data) % 2 == 0 else 0.0
+        milestones = sum(b % 2 == 0 for b in data[:2]) / 2
+        self.messages.append({"role": "assistant", "content": text})
+        info = {"reward_components": {"milestones": milestones, "success": reward}}
+        return list(self.messages), reward, True, False, info
+
+
 def register() -> None:
     envs = (
         ("traintest/echo-v0", EchoEnv),
         ("traintest/parity-v0", ParityEnv),
         ("traintest/lookup-v0", LookupEnv),
         ("traintest/chat3-v0", ThreeTurnChatEnv),
+        ("traintest/levels-v0", LevelParityEnv),
     )
     for name, cls in envs:
         if name not in gym.registry:

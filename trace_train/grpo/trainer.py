@@ -28,6 +28,7 @@ from trace_train.config import GRPOArgs
 from trace_train.engine.attention import replay_attention
 from trace_train.grpo.advantages import group_advantages, informative_groups
 from trace_train.grpo.checkpoint import load_checkpoint, save_checkpoint
+from trace_train.grpo.curriculum import LevelCurriculum, RewardChoice, env_levels, success_of
 from trace_train.grpo.logprobs import (
     PrefixKV,
     pad_batch,
@@ -42,6 +43,7 @@ from trace_train.grpo.losses import (
     token_weights,
     truncated_is_weights,
 )
+from trace_train.grpo.rescue import MAIN, TARGET, GroupSpec, n_rescue, rescue_weights
 from trace_train.metrics import MetricsLogger
 from trace_train.policies.base import SamplingConfig
 from trace_train.policies.hf import HFPolicy, ensure_lora
@@ -89,15 +91,47 @@ class GRPOTrainer:
         )
         n_envs = args.groups_per_step * args.group_size
         self.envs = [make_env(args.env_id) for _ in range(n_envs)]
-        self.state: dict[str, Any] = {"step": 0, "next_task": 0, "skipped_steps": 0}
+        # issue 29 (curriculum.py, rescue.py): reward choice, adaptive level, target mixing; refused up front
+        self.reward_choice = RewardChoice.parse(args.reward)
+        self.shaped_keys = {MAIN: self.reward_choice.shaped_key(self.envs[0], args.env_id)}
+        self.curriculum = None
+        if args.curriculum == "adaptive":
+            levels = env_levels(self.envs[0])
+            self.curriculum = LevelCurriculum(
+                args.env_id,
+                levels,
+                args.curriculum_target,
+                args.curriculum_ema,
+                start=args.difficulty,
+                group_size=args.group_size,
+            )
+        self.n_target = round(args.target_share * args.groups_per_step) if args.target_env_id else 0
+        self.target_envs = [make_env(args.target_env_id) for _ in range(self.n_target * args.group_size)]
+        if self.target_envs:  # the target is scored by what it declares (its success reward if no shaping)
+            self.shaped_keys[TARGET] = self.reward_choice.shaped_key(
+                self.target_envs[0], args.target_env_id, required=False
+            )
+        self.state: dict[str, Any] = {
+            "step": 0,
+            "next_task": 0,
+            "skipped_steps": 0,
+            "next_target_task": 0,
+            "rollouts": 0,
+        }
         # refuse up front a run whose tasks would leave the train split (the most it can take, refills included)
         refills = args.max_refill_rounds if args.dynamic_sampling else 0
         check_train_tasks(self.envs[0], 0, args.steps * args.groups_per_step * self.world * (1 + refills))
+        if self.target_envs:
+            check_train_tasks(self.target_envs[0], 0, args.steps * self.n_target * self.world * (1 + refills))
         self.out = Path(args.out)
         if args.resume:
             self.state = load_checkpoint(
                 Path(args.resume), self.policy.model, self.optimizer, self._config(), self.rank, self.world
             )
+            self.state.setdefault("next_target_task", 0)
+            self.state.setdefault("rollouts", 0)
+            if self.curriculum is not None:
+                self.curriculum.load_state_dict(self.state.get("curriculum", {}))
         self.remote = None
         self._gen_calls = 0
         if args.vllm_url:
@@ -149,33 +183,63 @@ class GRPOTrainer:
         return dataclasses.asdict(self.args)
 
     # ----- rollouts ---------------------------------------------------------------------------------
-    def _group_specs(self, task_indices: list[int]) -> list[ResetSpec]:
+    def _group_specs(
+        self, task_indices: list[int], source: int = MAIN, first_group: int = 0
+    ) -> list[ResetSpec]:
+        """G reset specs per task: the env's groups (``MAIN``, at the curriculum's level when it is adaptive) or
+        the mixed-in target's (``TARGET``, at its default level)."""
         a = self.args
+        if not task_indices:
+            return []
         n_hint = round(a.hint_fraction * a.group_size)
+        env = self.envs[0] if source == MAIN else self.target_envs[0]
         specs = []
         for g, task in enumerate(task_indices):
-            seed = train_reset_seed(task, self.envs[0])  # the guard: never a test seed
+            seed = train_reset_seed(task, env)  # the guard: never a test seed
+            level = a.difficulty if source == MAIN else None
+            if source == MAIN and self.curriculum is not None:
+                level = self.curriculum.choose()
             for j in range(a.group_size):
                 specs.append(
-                    ResetSpec(seed=seed, group=g, hint=j < n_hint, split="train", difficulty=a.difficulty)
+                    GroupSpec(
+                        seed=seed,
+                        group=first_group + g,
+                        hint=j < n_hint,
+                        split="train",
+                        difficulty=level,
+                        source=source,
+                    )
                 )
         return specs
 
-    def _take_tasks(self, n: int) -> list[int]:
-        """Task indices for this rank: interleaved across ranks so no two ranks train the same seed."""
-        base = self.state["next_task"]
-        self.state["next_task"] = base + n * self.world
+    def _take_tasks(self, n: int, source: int = MAIN) -> list[int]:
+        """Task indices for this rank: interleaved across ranks so no two ranks train the same seed (the env's
+        and the mixed-in target's tasks are counted apart)."""
+        key = "next_task" if source == MAIN else "next_target_task"
+        base = self.state[key]
+        self.state[key] = base + n * self.world
         return [base + self.rank + self.world * j for j in range(n)]
 
-    def collect_groups(self, stats: RolloutStats) -> tuple[list[Trajectory], dict[str, float]]:
+    def _envs_for(self, specs: list[ResetSpec]) -> list:
+        """One env instance per spec, from the pool of the spec's source."""
+        pools = {MAIN: iter(self.envs), TARGET: iter(self.target_envs)}
+        return [next(pools[getattr(s, "source", MAIN)]) for s in specs]
+
+    def _train_reward(self, t: Trajectory) -> float:
+        """The reward a rollout is trained on (``--reward``), from what its env declares."""
+        return self.reward_choice.of(t.reward, t.info, self.shaped_keys.get(getattr(t.spec, "source", MAIN)))
+
+    def _budget_left(self) -> float:
         a = self.args
-        specs = self._group_specs(self._take_tasks(a.groups_per_step))
-        self._gen_calls = 0
-        # sampling depends on (seed, rank, step) only: a resumed run samples what the uninterrupted one did
-        torch.manual_seed(_step_seed(a.seed, self.rank, self.state["step"]))
+        return a.rollout_budget - self.state["rollouts"] if a.rollout_budget else math.inf
+
+    def _collect(self, specs: list[ResetSpec], stats: RolloutStats) -> list[Trajectory]:
+        """Roll ``specs`` out, count them in the rollout budget and feed the un-hinted ones' success to the
+        curriculum's estimates (every rollout sampled, also those dynamic sampling discards)."""
+        a = self.args
         trajs = collect(
             self.policy,
-            self.envs,
+            self._envs_for(specs),
             specs,
             self.sampling,
             a.max_turns,
@@ -183,43 +247,102 @@ class GRPOTrainer:
             generator=self._generator(),
             stats=stats,
         )
-        info = informative_groups([t.reward for t in trajs], [t.spec.group for t in trajs])
+        self.state["rollouts"] += len(trajs)
+        if self.curriculum is not None:
+            by_group: dict[int, list[Trajectory]] = {}
+            for t in trajs:
+                if not t.spec.hint:
+                    by_group.setdefault(t.spec.group, []).append(t)
+            for members in by_group.values():
+                spec = members[0].spec
+                env_id = a.env_id if getattr(spec, "source", MAIN) == MAIN else a.target_env_id
+                wins = sum(success_of(t.reward) for t in members)
+                self.curriculum.update(spec.difficulty, wins, len(members), env_id)
+        return trajs
+
+    def _rescue(
+        self, trajs: list[Trajectory], stats: RolloutStats
+    ) -> tuple[list[Trajectory], dict[str, float]]:
+        """Groups where no rollout succeeded get ``n_rescue`` members re-sampled with the env's hint (rescue.py):
+        the last members are replaced (un-hinted ones first), so the group keeps G rollouts."""
+        a = self.args
+        k = n_rescue(a.rescue_fraction, a.group_size)
+        groups = sorted({t.spec.group for t in trajs})
+        if not k:
+            return trajs, {}
+        failed = [g for g in groups if not any(success_of(t.reward) for t in trajs if t.spec.group == g)]
+        budget = self._budget_left()
+        failed = failed[: int(budget // k) if math.isfinite(budget) else len(failed)]
+        metrics = {"rescued_groups": len(failed), "rescued_group_share": len(failed) / max(len(groups), 1)}
+        if not failed:
+            return trajs, metrics
+        specs = []
+        for g in failed:
+            first = next(t.spec for t in trajs if t.spec.group == g)
+            specs += [dataclasses.replace(first, hint=True, rescue=True) for _ in range(k)]
+        fresh = self._collect(specs, stats)
+        for g in failed:
+            members = [t for t in trajs if t.spec.group == g]
+            drop = {id(t) for t in members[len(members) - k :]}
+            trajs = [t for t in trajs if id(t) not in drop] + [t for t in fresh if t.spec.group == g]
+        info = informative_groups([self._train_reward(t) for t in trajs], [t.spec.group for t in trajs])
+        metrics["rescue_success_rate"] = _mean([float(success_of(t.reward)) for t in fresh])
+        metrics["rescued_informative_share"] = _mean([float(info[g]) for g in failed])
+        return trajs, metrics
+
+    def collect_groups(self, stats: RolloutStats) -> tuple[list[Trajectory], dict[str, float]]:
+        a = self.args
+        n_main = a.groups_per_step - self.n_target
+        specs = self._group_specs(self._take_tasks(n_main), MAIN)
+        specs += self._group_specs(self._take_tasks(self.n_target, TARGET), TARGET, first_group=n_main)
+        self._gen_calls = 0
+        rollouts_before = self.state["rollouts"]
+        # sampling depends on (seed, rank, step) only: a resumed run samples what the uninterrupted one did
+        torch.manual_seed(_step_seed(a.seed, self.rank, self.state["step"]))
+        trajs = self._collect(specs, stats)
+        trajs, rescue_metrics = self._rescue(trajs, stats)
+        source = {t.spec.group: getattr(t.spec, "source", MAIN) for t in trajs}
+        info = informative_groups([self._train_reward(t) for t in trajs], [t.spec.group for t in trajs])
         equal_groups = sum(not v for v in info.values())
         refilled = 0
         for _ in range(a.max_refill_rounds if a.dynamic_sampling else 0):
-            dead = [g for g, ok in info.items() if not ok]
-            # all ranks take the same number of tasks so the shared task counter stays aligned across ranks
-            n_take = len(dead)
-            if self.world > 1:
-                n_take = int(self.acc.gather(torch.tensor([len(dead)], device=self.acc.device)).max().item())
-            if n_take == 0:
+            new_specs: list[ResetSpec] = []
+            dead_of: dict[int, list[int]] = {}
+            taken = 0
+            for src in (MAIN, TARGET):
+                dead = [g for g, ok in info.items() if not ok and source[g] == src]
+                # all ranks take the same number of tasks so the shared task counter stays aligned across ranks
+                n_take = len(dead)
+                if self.world > 1:
+                    n_take = int(
+                        self.acc.gather(torch.tensor([len(dead)], device=self.acc.device)).max().item()
+                    )
+                taken += n_take
+                # refills count in the rollout budget: no more groups than it has left
+                room = self._budget_left() // a.group_size - len(new_specs) // a.group_size
+                n_fit = min(len(dead), int(max(room, 0)) if math.isfinite(room) else len(dead))
+                tasks = self._take_tasks(n_take, src)[:n_fit]
+                new_specs += self._group_specs(tasks, src, first_group=len(new_specs) // a.group_size)
+                dead_of[src] = dead
+            if taken == 0:
                 break
-            new_specs = self._group_specs(self._take_tasks(n_take)[: len(dead)])
             if not new_specs:
                 continue
-            n = len(new_specs)
-            fresh = collect(
-                self.policy,
-                self.envs[:n],
-                new_specs,
-                self.sampling,
-                a.max_turns,
-                a.max_total_tokens,
-                generator=self._generator(),
-                stats=stats,
+            fresh = self._collect(new_specs, stats)
+            fresh_info = informative_groups(
+                [self._train_reward(t) for t in fresh], [t.spec.group for t in fresh]
             )
-            fresh_info = informative_groups([t.reward for t in fresh], [t.spec.group for t in fresh])
             by_group = {g: [t for t in fresh if t.spec.group == g] for g in fresh_info}
-            usable = [g for g, ok in fresh_info.items() if ok]
-            for slot, new_g in zip(
-                dead, usable, strict=False
-            ):  # an informative fresh group replaces a dead one
-                members = by_group[new_g]
-                for t in members:  # take over the dead group's id so group ids stay distinct
-                    t.spec = dataclasses.replace(t.spec, group=slot)
-                trajs = [t for t in trajs if t.spec.group != slot] + members
-                info[slot] = True
-                refilled += 1
+            for src in (MAIN, TARGET):
+                usable = [g for g, ok in fresh_info.items() if ok and by_group[g][0].spec.source == src]
+                # an informative fresh group replaces a dead one of its own source
+                for slot, new_g in zip(dead_of[src], usable, strict=False):
+                    members = by_group[new_g]
+                    for t in members:  # take over the dead group's id so group ids stay distinct
+                        t.spec = dataclasses.replace(t.spec, group=slot)
+                    trajs = [t for t in trajs if t.spec.group != slot] + members
+                    info[slot] = True
+                    refilled += 1
         rewards = torch.tensor([t.reward for t in trajs])
         metrics = {
             "reward_mean": rewards.mean().item(),
@@ -231,8 +354,39 @@ class GRPOTrainer:
             "hint_reward_mean": _mean([t.reward for t in trajs if t.spec.hint]),
             "turns_mean": _mean([t.turns for t in trajs]),
             "invalid_actions_mean": _mean([t.invalid_actions for t in trajs]),
+            "rollouts": self.state["rollouts"] - rollouts_before,  # refills and rescues included
+            "rollouts_total": self.state["rollouts"],
+            **rescue_metrics,
         }
+        metrics.update(self._group_metrics(trajs))
         return trajs, metrics
+
+    def _group_metrics(self, trajs: list[Trajectory]) -> dict[str, Any]:
+        """The level of every trained group (JSONL: a list in group order; TensorBoard: counts per level and the
+        curriculum's estimates), the training reward when it is not the env's, the mixed-in target's share."""
+        a = self.args
+        first = {}
+        for t in trajs:
+            first.setdefault(t.spec.group, t.spec)
+        main = [first[g] for g in sorted(first) if getattr(first[g], "source", MAIN) == MAIN]
+        out: dict[str, Any] = {}
+        if self.curriculum is not None or a.difficulty is not None:
+            levels = [s.difficulty for s in main]
+            out["group_levels"] = levels
+            known = [x for x in levels if x is not None]
+            out["level_mean"] = _mean([float(x) for x in known])
+            for k in sorted(set(known)):
+                out[f"groups_at_level_{k}"] = levels.count(k)
+        if self.curriculum is not None:
+            out.update(self.curriculum.metrics())
+        if self.reward_choice.mode != "success":
+            out["train_reward_mean"] = _mean([self._train_reward(t) for t in trajs])
+        if self.target_envs:
+            target = [t for t in trajs if getattr(t.spec, "source", MAIN) == TARGET]
+            out["target_groups"] = len(first) - len(main)
+            out["target_group_share"] = (len(first) - len(main)) / max(len(first), 1)
+            out["target_success_rate"] = _mean([float(success_of(t.reward)) for t in target])
+        return out
 
     # ----- optimisation -----------------------------------------------------------------------------
     def _logprobs(self, model, seqs, masks, prefix: PrefixKV | None = None):
@@ -286,7 +440,9 @@ class GRPOTrainer:
         masks = [m[: a.max_total_tokens] for _, m in batch]
         sampler = [_sampler_row(t, m) for t, m in zip(trajs, masks, strict=True)]
         adv = group_advantages(
-            [t.reward for t in trajs], [t.spec.group for t in trajs], scale_by_std=a.loss_type != "dr_grpo"
+            [self._train_reward(t) for t in trajs],
+            [t.spec.group for t in trajs],
+            scale_by_std=a.loss_type != "dr_grpo",
         )
         n = len(seqs)
         n_updates = a.ppo_epochs * a.num_minibatches
@@ -310,6 +466,8 @@ class GRPOTrainer:
             old_cache = dict(enumerate(self._frozen_logprobs(seqs, masks, ref=False)))
         if cfg.beta > 0:
             ref_cache = dict(enumerate(self._frozen_logprobs(seqs, masks, ref=True)))
+        hinted_cache = self._hinted_logprobs(trajs, masks)  # rescue rollouts: pi(a | hinted prompt)
+        rescue_w_sum, rescue_tokens = 0.0, 0
         for epoch in range(a.ppo_epochs):
             order = torch.randperm(n, generator=gen).tolist() if n_updates > 1 else list(range(n))
             per_mb = math.ceil(n / a.num_minibatches)
@@ -340,6 +498,22 @@ class GRPOTrainer:
                             if cfg.is_cap > 0
                             else None
                         )
+                        rows = [hinted_cache.get(i) for i in idx]
+                        if any(r is not None for r in rows):  # rescue rollouts: toward the un-hinted policy
+                            nan = float("nan")
+                            fill = [
+                                r if r is not None else torch.full((int(m.sum()),), nan)
+                                for r, m in zip(rows, tmask, strict=True)
+                            ]
+                            rw = rescue_weights(
+                                old_logp, _scatter(fill, tmask, fill=nan), tmask, a.rescue_is_cap
+                            )
+                            sel = torch.tensor([r is not None for r in rows], device=rw.device)[:, None]
+                            is_w = torch.where(sel, rw, is_w if is_w is not None else torch.ones_like(rw))
+                            if epoch == 0:
+                                on = sel & (tmask > 0)
+                                rescue_w_sum += float(rw[on].sum())
+                                rescue_tokens += int(on.sum())
                         w = token_weights(tmask, a.loss_type)
                         loss, m = policy_loss(
                             logp, old_logp, adv[idx].to(logp.device), w, norm, cfg, ref_logp, is_w, scale
@@ -381,11 +555,28 @@ class GRPOTrainer:
             "train_tokens_per_s": trained_tokens / max(seconds, 1e-9),
             "train_seconds": seconds,
         }
+        if rescue_tokens:
+            out["rescue_is_weight_mean"] = rescue_w_sum / rescue_tokens
         if mismatch_tokens:  # per policy token with a sampler log-prob: before and after the IS correction
             out.update({f"mismatch_{k}": mismatch[k] / mismatch_tokens for k in MISMATCH_KEYS})
             out["mismatch_abs_max"] = mismatch_max
             out["mismatch_tokens"] = mismatch_tokens
         return out
+
+    def _hinted_logprobs(self, trajs: list[Trajectory], masks: list[list[int]]) -> dict[int, torch.Tensor]:
+        """Per rescue rollout trained on the base prompt: the policy's log-probs (no grad) of its policy tokens on
+        the hinted sequence as sampled, as many as its training mask keeps (rescue.py)."""
+        idx = [
+            i
+            for i, t in enumerate(trajs)
+            if getattr(t.spec, "rescue", False) and t.base_system_ids is not None
+        ]
+        if not idx:
+            return {}
+        rows = self._frozen_logprobs(
+            [trajs[i].token_ids for i in idx], [trajs[i].policy_mask for i in idx], ref=False
+        )
+        return {i: row[: sum(1 for x in masks[i] if x)] for i, row in zip(idx, rows, strict=True)}
 
     def _gradient_is_zero(self, adv: torch.Tensor) -> bool:
         """Every group's rewards are equal (e.g. a task no rollout solves): every advantage is 0, so without a KL
@@ -433,7 +624,7 @@ class GRPOTrainer:
         )
         last: dict[str, Any] = {}
         try:
-            while self.state["step"] < a.steps:
+            while self.state["step"] < a.steps and self._budget_left() > 0:
                 stats = RolloutStats()
                 trajs, metrics = self.collect_groups(stats)
                 metrics.update(self.optimise(trajs))
@@ -448,7 +639,8 @@ class GRPOTrainer:
                 metrics = self._reduce(metrics)
                 logger.log(self.state["step"], metrics)
                 last = metrics
-                if a.save_every and (self.state["step"] % a.save_every == 0 or self.state["step"] == a.steps):
+                last_step = self.state["step"] == a.steps or self._budget_left() <= 0
+                if a.save_every and (self.state["step"] % a.save_every == 0 or last_step):
                     self.save()
         finally:
             logger.close()
@@ -471,13 +663,20 @@ class GRPOTrainer:
             self.state["step"],
             self.policy.model,
             self.optimizer,
-            dict(self.state),
+            self._trainer_state(),
             self._config(),
             rank=self.rank,
             world_size=self.world,
             is_main=self.acc.is_main_process,
             barrier=self.acc.wait_for_everyone,
         )
+
+    def _trainer_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps besides weights and optimiser: counters, and the curriculum's estimates."""
+        state = dict(self.state)
+        if self.curriculum is not None:
+            state["curriculum"] = self.curriculum.state_dict()
+        return state
 
 
 def enable_gradient_checkpointing(model) -> None:

@@ -1,0 +1,135 @@
+"""Adaptive start depth (issue 29): the level of each group follows the running success estimate per level, the
+env receives it, every group's level is logged, and resume stays exact with the curriculum on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from trace_train.grpo import trainer as trainer_mod
+from trace_train.grpo.curriculum import LevelCurriculum, env_levels
+from trace_train.grpo.trainer import GRPOArgs, GRPOTrainer
+
+
+def _args(model_dir, out, **kw):
+    base = dict(
+        env_id="traintest/levels-v0",
+        model=str(model_dir),
+        out=str(out),
+        steps=5,
+        groups_per_step=2,
+        group_size=4,
+        max_new_tokens=4,
+        max_turns=1,
+        lora_rank=2,
+        curriculum="adaptive",
+        curriculum_ema=0.5,
+        save_every=1000,
+        tensorboard=False,
+        progress=False,
+        num_threads=1,
+    )
+    return GRPOArgs(**{**base, **kw})
+
+
+def test_level_choice_follows_scripted_success():
+    """G = 4 (saturated: within 1/8 of 0 or 1), target 0.5, EMA weight 0.5; each line: one group's outcome at
+    the level just chosen, then the estimate and the next level, worked out by hand from the documented rule."""
+    c = LevelCurriculum("e", [1, 2, 3], target=0.5, ema=0.5, group_size=4)
+    assert c.choose() == 1  # nothing measured: the easiest level
+    script = [
+        # (level, successes of 4, estimate after, next level)
+        (1, 0, 0.0, 1),  # fails everything: stays at the easiest (nothing easier)
+        (1, 2, 0.25, 1),  # 0.5 * 0 + 0.5 * 0.5
+        (1, 4, 0.625, 2),  # >= target: the next harder level is tried (assumed at the target)
+        (2, 0, 0.0, 1),  # too hard for now: back to the level near the target
+        (1, 4, 0.8125, 1),  # still informative
+        (1, 4, 0.90625, 2),  # mastered (> 1 - 1/8): on to the easiest level it fails, its old estimate stale
+        (2, 2, 0.25, 2),  # informative there
+        (2, 4, 0.625, 3),  # >= target: the full task is tried
+        (3, 2, 0.5, 3),  # at the target on the full task: stays
+        (3, 0, 0.25, 2),  # 0.25 is further from 0.5 than level 2's 0.625: back to level 2
+    ]
+    for level, wins, est, nxt in script:
+        assert c.choose() == level
+        c.update(level, wins, 4)
+        assert c.estimate(level) == pytest.approx(est)
+        assert c.choose() == nxt, (level, wins, c.estimates)
+    # ties go to the harder level; a start level is honoured before any estimate
+    t = LevelCurriculum("e", [1, 2, 3], group_size=4)
+    t.load_state_dict({"e": {"1": 0.6, "2": 0.4}})
+    assert t.choose() == 2
+    assert LevelCurriculum("e", [1, 2, 3], start=2).choose() == 2
+    with pytest.raises(ValueError, match="declares none"):
+        LevelCurriculum("e", [])
+
+
+def test_env_levels_are_sorted_easiest_first():
+    class E:
+        difficulty_levels = (3, 1, 2)
+
+    assert env_levels(E()) == [1, 2, 3]
+    assert env_levels(object()) == []
+
+
+def test_trainer_picks_levels_from_the_estimate_and_logs_them(tiny_model_dir, tmp_path, monkeypatch):
+    """A scripted agent that solves level 1 always, level 2 half the time and level 3 never: levels by hand
+    (2 groups per step, EMA 0.5): step 1 at 1 (nothing known) -> p1 = 1; step 2 at 2 (p1 >= 0.5 opens the next
+    level, assumed at 0.5) -> p2 = 0.5; step 3 at 3 (the same for level 3; ties go harder) -> p3 = 0; steps 4-5
+    at 2 (p1 = 1 and p3 = 0 are saturated, p2 = 0.5 is the target)."""
+    wins = {1: 4, 2: 2, 3: 0}
+    real = trainer_mod.collect
+
+    def scripted(policy, envs, specs, *a, **k):
+        trajs = real(policy, envs, specs, *a, **k)
+        seen: dict[int, int] = {}
+        for t in trajs:
+            level = t.spec.difficulty
+            assert f"Level {level}," in t.messages[1]["content"]  # the env was reset at the chosen level
+            j = seen[t.spec.group] = seen.get(t.spec.group, -1) + 1
+            t.reward = 1.0 if j < wins[level] else 0.0
+        return trajs
+
+    monkeypatch.setattr(trainer_mod, "collect", scripted)
+    GRPOTrainer(_args(tiny_model_dir, tmp_path / "run")).train()
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["group_levels"] for m in lines] == [[1, 1], [2, 2], [3, 3], [2, 2], [2, 2]]
+    assert lines[-1]["level_success_est_1"] == 1.0 and lines[-1]["level_success_est_3"] == 0.0
+    assert lines[3]["groups_at_level_2"] == 2 and lines[3]["level_mean"] == 2.0
+
+
+def test_curriculum_needs_declared_levels(tiny_model_dir, tmp_path):
+    with pytest.raises(ValueError, match="difficulty_levels"):
+        GRPOTrainer(_args(tiny_model_dir, tmp_path / "x", env_id="traintest/parity-v0"))
+
+
+def test_resume_is_exact_with_the_curriculum_on(tiny_model_dir, tmp_path):
+    """The estimates are part of the checkpoint: a resumed run picks the levels the uninterrupted one did (with
+    rescue hints, a shaped reward and dynamic sampling on too) and ends with the same weights."""
+    kw = dict(
+        steps=4,
+        save_every=2,
+        temperature=1.0,
+        lr=5e-2,
+        rescue_fraction=0.5,
+        reward="mix:0.5",
+        dynamic_sampling=True,
+        ppo_epochs=2,
+        num_minibatches=2,
+        micro_batch_size=3,
+    )
+    GRPOTrainer(_args(tiny_model_dir, tmp_path / "full", **kw)).train()
+    GRPOTrainer(_args(tiny_model_dir, tmp_path / "half", **{**kw, "steps": 2})).train()
+    GRPOTrainer(_args(tiny_model_dir, tmp_path / "half", resume=str(tmp_path / "half"), **kw)).train()
+    a = load_file(str(tmp_path / "full" / "adapter" / "adapter_model.safetensors"))
+    b = load_file(str(tmp_path / "half" / "adapter" / "adapter_model.safetensors"))
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    full = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    half = [json.loads(x) for x in (tmp_path / "half" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["group_levels"] for m in full] == [m["group_levels"] for m in half]
+    assert [m["rollouts_total"] for m in full] == [m["rollouts_total"] for m in half]
+    assert len({x for m in full for x in m["group_levels"]}) > 1  # the level moved: the state mattered
