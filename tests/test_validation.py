@@ -96,6 +96,7 @@ KNOWN_HOLES = {
     "trace/information-gathering-v0": "negated confirmation: the user says yes to 'I will not ...'",
     "trace/policy-adherence-v0": "hedged answers pass; negated confirmation gets a yes",
     "trace/structured-reasoning-v0": "hedged answers (in one message and across messages) and position pass",
+    "trace/test-library-v0": "toy fixture: a wrong figure before the right one and a refused repeat write pass",
 }
 REGISTERED = [
     pytest.param(e, marks=pytest.mark.xfail(reason=KNOWN_HOLES[e], strict=True)) if e in KNOWN_HOLES else e
