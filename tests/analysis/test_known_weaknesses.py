@@ -11,7 +11,7 @@ import pytest
 from trace_gym.analysis.analyze import AnalyzeArgs, analyze
 from trace_train.base_rollouts import RolloutArgs, rollout
 
-TARGET = "trace/retail-v1"
+TARGET = "trace/retail-v2"
 
 
 def _has_ablations() -> bool:

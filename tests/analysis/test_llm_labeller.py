@@ -19,7 +19,7 @@ from trace_gym.analysis.selection import load_selection
 from trace_gym.records import read_records
 from trace_train.base_rollouts import RolloutArgs, rollout
 
-ENV = "trace/retail-v0"
+ENV = "trace/retail-v2"
 SEED_RE = re.compile(r"## The conversation \(seed (\d+), (passed|failed)")
 CAP_RE = re.compile(r"^- `([a-z0-9-]+)`:", re.MULTILINE)
 
@@ -213,7 +213,7 @@ def test_compaction_keeps_indices_and_domain_words() -> None:
     words = domain_words(
         [
             {
-                "env_id": "trace/retail-v0",
+                "env_id": "trace/retail-v2",
                 "tools": [
                     {"function": {"name": "cancel_pending_order"}},
                     {"function": {"name": "get_user_details"}},

@@ -23,7 +23,7 @@ from trace_train.base_rollouts import (
 )
 from trace_train.cli import main
 
-ENV = "trace/retail-v0"
+ENV = "trace/retail-v2"
 
 
 def test_oracle_records_carry_everything_analysis_needs(tmp_path: Path) -> None:
@@ -94,7 +94,12 @@ def test_a_line_cut_by_a_kill_is_dropped_and_rerun(tmp_path: Path) -> None:
 def test_ablation_needs_a_target_that_supports_it(tmp_path: Path) -> None:
     with pytest.raises(RolloutError, match="cannot remove a capability"):
         rollout(
-            RolloutArgs(env_id=ENV, model="oracle-without:policy-adherence", out=str(tmp_path), episodes=1)
+            RolloutArgs(
+                env_id="trace/bfcl-multi-turn-base-v0",
+                model="oracle-without:policy-adherence",
+                out=str(tmp_path),
+                episodes=1,
+            )
         )
 
 

@@ -12,7 +12,7 @@ from trace_gym.analysis.analyze import AnalyzeArgs, analyze
 from trace_gym.analysis.selection import SelectionError, load_selection, schema
 from trace_train.base_rollouts import RolloutArgs, SplitRefusedError, rollout
 
-ENV = "trace/retail-v0"
+ENV = "trace/retail-v2"
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def test_analyze_refuses_test_split_lines_and_repeated_seeds(analysed: Path, tmp
     (tmp_path / "t.jsonl").write_text(json.dumps(record) + "\n")
     with pytest.raises(SplitRefusedError, match="never looks at test-split tasks"):
         analyze(AnalyzeArgs(rollouts=[str(tmp_path / "t.jsonl")], out=str(tmp_path / "o")))
-    with pytest.raises(ValueError, match=r"repeats seed \d+ of trace/retail-v0"):
+    with pytest.raises(ValueError, match=r"repeats seed \d+ of trace/retail-v2"):
         analyze(
             AnalyzeArgs(rollouts=[str(analysed / "full"), str(analysed / "full")], out=str(tmp_path / "o"))
         )

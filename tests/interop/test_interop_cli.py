@@ -5,7 +5,7 @@ from trace_train.cli import build_parser
 
 def test_commands_are_registered():
     parser = build_parser()
-    serve = parser.parse_args(["env-serve", "trace/retail-v0", "--port", "0", "--session-timeout", "5"])
+    serve = parser.parse_args(["env-serve", "trace/retail-v2", "--port", "0", "--session-timeout", "5"])
     assert serve.port == 0 and serve.session_timeout == 5.0 and serve.max_sessions == 256
     policy = parser.parse_args(["serve", "compose:runs/moe", "--served-model-name", "m", "--max-batch", "4"])
     assert policy.policy == "compose:runs/moe" and policy.served_model_name == "m" and policy.max_batch == 4

@@ -19,7 +19,7 @@ def _registered(env_id: str) -> bool:
     return env_id in gym.registry
 
 
-@pytest.mark.parametrize("env_id", ["trace/test-library-v0", "trace/retail-v0"])
+@pytest.mark.parametrize("env_id", ["trace/test-library-v0", "trace/retail-v2"])
 def test_oracle_replay_through_rendered_text_scores_one(tiny_policy, env_id):
     if env_id == "trace/test-library-v0":
         from tests import toy_library  # noqa: F401 - registers the test domain
