@@ -163,7 +163,9 @@ def _apply(tree: Path, mutant: Mutant) -> str | None:
     return None
 
 
-def _pytest(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, str, float]:
+def _pytest(
+    tree: Path, tests: tuple[str, ...], timeout: float, stop_early: bool = True
+) -> tuple[int, str, float]:
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
@@ -173,17 +175,9 @@ def _pytest(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, st
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     env.setdefault("TRACE_CACHE", str(tree / ".trace-cache"))
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-x",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-o",
-        "addopts=-m 'not slow'",
-    ]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=-m 'not slow'"]
+    if stop_early:
+        cmd.append("-x")
     t0 = time.perf_counter()
     try:
         out = subprocess.run(
@@ -194,11 +188,13 @@ def _pytest(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, st
     return out.returncode, out.stdout + out.stderr, time.perf_counter() - t0
 
 
-def _first_failure(log: str) -> str:
-    for line in log.splitlines():
-        if line.startswith("FAILED "):
-            return line.removeprefix("FAILED ").split(" - ")[0]
-    return ""
+def _failures(log: str) -> str:
+    failed = [
+        line.removeprefix("FAILED ").split(" - ")[0]
+        for line in log.splitlines()
+        if line.startswith("FAILED ")
+    ]
+    return "; ".join(failed)
 
 
 def _check_import(tree: Path) -> None:
@@ -221,6 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-k", default="", help="run only mutants whose name contains this")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant's test run")
     parser.add_argument("--baseline", action="store_true", help="also run the tests on the unmutated copy")
+    parser.add_argument(
+        "--all-killers",
+        action="store_true",
+        help="run every listed test (not -x): name every test that fails",
+    )
     args = parser.parse_args(argv)
     chosen = [m for m in MUTANTS if args.k in m.name]
     rows = []
@@ -242,9 +243,9 @@ def main(argv: list[str] | None = None) -> int:
             if problem:
                 rows.append((mutant, "NOT APPLIED", problem, 0.0))
                 continue
-            rc, log, secs = _pytest(tree, mutant.tests, args.timeout)
+            rc, log, secs = _pytest(tree, mutant.tests, args.timeout, stop_early=not args.all_killers)
             if rc == 1:
-                rows.append((mutant, "killed", _first_failure(log), secs))
+                rows.append((mutant, "killed", _failures(log), secs))
             elif rc == 0:
                 rows.append((mutant, "SURVIVED", "", secs))
             else:
@@ -254,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{mutant.name}: {rows[-1][1]} ({secs:.0f} s) {rows[-1][2]}", flush=True)
             shutil.rmtree(tree, ignore_errors=True)
     print()
-    print(f"| {'mutant':<22} | {'result':<11} | {'seconds':>7} | killed by (first failing test) |")
+    print(
+        f"| {'mutant':<22} | {'result':<11} | {'seconds':>7} | killed by (failing tests; the first only without --all-killers) |"
+    )
     print(f"|{'-' * 24}|{'-' * 13}|{'-' * 9}|{'-' * 32}|")
     for mutant, result, by, secs in rows:
         print(f"| {mutant.name:<22} | {result:<11} | {secs:>7.0f} | {by} |")
