@@ -114,7 +114,7 @@ class ChatToolEnv(gym.Env[list, Any]):
     # Off here so that existing envs keep their instances (golden hashes); new envs should turn it on.
     content_split: ClassVar[bool] = False
     test_share: ClassVar[float] = TEST_SHARE
-    # Capabilities oracle_actions(without=...) can remove (none by default; see trace/retail-v1).
+    # Capabilities oracle_actions(without=...) can remove (none by default; see trace/retail-v2).
     ablatable_capabilities: ClassVar[tuple[str, ...]] = ()
     difficulty_levels: ClassVar[tuple[int, ...]] = (1,)
     default_difficulty: ClassVar[int] = 1

@@ -123,7 +123,7 @@ def _check_gymnasium(env_id: str, make_kwargs: dict[str, Any]) -> CheckResult:
         env.reset(seed=0)
         env.step(env.action_space.sample())
         env.close()
-    # Gymnasium's "is out of date" names a superseded id on purpose (e.g. trace/retail-v0): reported, not failed.
+    # Gymnasium's "is out of date" names a superseded id on purpose (e.g. an rg id after a bump): reported, not failed.
     superseded = sorted({str(w.message) for w in caught if "is out of date" in str(w.message)})
     messages = sorted({str(w.message) for w in caught} - set(superseded))
     return CheckResult(
