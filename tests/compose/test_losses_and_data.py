@@ -130,5 +130,6 @@ def test_micro_batches_give_the_whole_batch_gradient(composition):
     assert whole["micro_batches"] == 1 and split["micro_batches"] == 4
     for key in ("label_loss", "lm_loss", "loss", "label_accuracy"):
         assert math.isclose(whole[key], split[key], rel_tol=1e-5), key
+    assert grads[0] and all(float(g.abs().max()) > 1e-6 for g in grads[0])  # non-zero gate gradients
     for a, b in zip(*grads, strict=True):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)

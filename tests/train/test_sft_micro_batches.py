@@ -63,6 +63,7 @@ def test_micro_batched_gradients_equal_the_whole_batch(tiny_policy, engine):
     assert (seen_a, trained_a) == (seen_b, trained_b) == (sum(len(x) for x, _ in batch), trained_a)
     assert loss_a == pytest.approx(loss_b, rel=1e-5)
     assert whole and whole.keys() == split.keys()
+    assert all(float(g.abs().max()) > 1e-6 for g in whole.values())  # non-zero, else the comparison is empty
     for name in whole:
         torch.testing.assert_close(split[name], whole[name], atol=1e-6, rtol=1e-4)
 
