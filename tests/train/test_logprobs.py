@@ -50,7 +50,10 @@ def _loss_and_grads(model, logp, tmask):
     w = torch.arange(1, logp.shape[0] + 1, dtype=torch.float32)[:, None]  # distinct per-sequence weights
     loss = -(logp * tmask * w).sum() / tmask.sum()
     loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    # every gradient compared against these is non-zero (a zero one would make its comparison empty)
+    assert grads and all(float(g.abs().max()) > 0 for g in grads.values())
+    return loss.detach(), grads
 
 
 def _count_cascade_calls(monkeypatch) -> list[int]:
@@ -192,6 +195,7 @@ def test_a_prefix_computed_once_for_several_micro_batches_gives_the_same_gradien
     for a, b in zip(ref_values, got_values, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     assert ref_grads and ref_grads.keys() == got_grads.keys()
+    assert all(float(g.abs().max()) > 0 for g in ref_grads.values())
     for name in ref_grads:
         torch.testing.assert_close(got_grads[name], ref_grads[name], atol=1e-6, rtol=1e-4)
 
