@@ -19,7 +19,7 @@ An env opts in with two class-level declarations (retail-v0 keeps its golden ins
             return canonical_json(self.episode.instance["goal"])
 
 A task family whose key space is tiny still splits correctly, but its test split then holds few distinct
-tasks (``trace/rg-arith1-v1``: about 40); :func:`split_overlap` and ``trace check`` report the figures.
+tasks (``trace/rg-arith1-v2``: about 40); :func:`split_overlap` and ``trace check`` report the figures.
 """
 
 from __future__ import annotations
