@@ -25,6 +25,12 @@ RESUME_KEYS = (
     "group_size",
     "groups_per_step",
     "loss_type",
+    # the training signal (issue 29): a resumed run with another curriculum, reward or mixing is another run
+    "curriculum",
+    "reward",
+    "rescue_fraction",
+    "target_share",
+    "target_env_id",
 )
 
 

@@ -37,6 +37,7 @@ def grpo_args(
         **{**settings_of(cfg.adapters, GRPOSettings), "steps": steps},
         **settings_of(cfg.base, EngineArgs),
         env_id=env_id,
+        target_env_id=cfg.target.env_id,  # the groups [adapters] target_share draws from the target's train split
         model=ctx.upstream["base"]["model"],
         out=str(out),
         difficulty=difficulty,
@@ -75,6 +76,8 @@ def train_adapter(
     # the trainer draws train-split tasks 0, 1, ...: one per group, refills included
     refills = a.dynamic_sampling * GRPOArgs.max_refill_rounds
     train_seeds("adapters", env_id, 0, steps * a.groups_per_step * (1 + refills))
+    if a.target_share > 0:  # mixed-in groups draw the target's train tasks 0, 1, ... the same way
+        train_seeds("adapters", ctx.config.target.env_id, 0, steps * a.groups_per_step * (1 + refills))
     sft_episodes = a.sft.episodes if sft_episodes is None else sft_episodes
     sft = _sft_warmup(ctx, label, env_id, out / "sft", difficulty, sft_episodes) if sft_episodes else None
     args = grpo_args(ctx, env_id, out, difficulty, steps, init_adapter=sft["adapter"] if sft else None)
@@ -86,7 +89,7 @@ def train_adapter(
     with ctx.bar(label, steps) as bar:
         bar.update(trainer.state["step"])
         while trainer.state["step"] < steps:
-            if rollout_budget is not None and trainer.state["next_task"] * a.group_size >= rollout_budget:
+            if rollout_budget is not None and trainer.state["rollouts"] >= rollout_budget:
                 break
             # in chunks of save_every steps (one step under a budget): a checkpoint ends each chunk
             chunk = 1 if rollout_budget is not None else a.save_every
@@ -97,7 +100,7 @@ def train_adapter(
         trainer.policy.model.save_pretrained(out / "adapter")
     steps = trainer.state["step"]
     metrics = read_metrics(out / "metrics.jsonl")
-    rollouts = trainer.state["next_task"] * a.group_size  # every group sampled, refills included
+    rollouts = trainer.state["rollouts"]  # every rollout sampled: refills, rescues and target groups included
     summary = {
         "env_id": env_id,
         "difficulty": difficulty,
