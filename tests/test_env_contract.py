@@ -15,7 +15,7 @@ ALL_ENVS = [e for e in trace_env_ids() if not e.startswith("trace/broken-")]
 
 @pytest.mark.parametrize("env_id", ALL_ENVS)
 def test_check_env_with_warnings_as_errors(env_id):
-    env = gym.make(env_id)  # outside: a superseded id (retail-v0) is made with Gymnasium's "out of date" note
+    env = gym.make(env_id)  # outside: a superseded id is made with Gymnasium's "out of date" note
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_env(env.unwrapped)
