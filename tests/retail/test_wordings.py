@@ -10,7 +10,7 @@ import gymnasium as gym
 import pytest
 
 from tests.retail.conftest import play
-from tests.retail.wordings import FAMILIES, FRESH, FRESH_3, Family, Wording
+from tests.retail.wordings import FAMILIES, FRESH, FRESH_3, FRESH_4, Family, Wording
 from trace_gym.targets.retail.tasks import say
 
 SEEDS_PER_FAMILY = 12
@@ -58,12 +58,13 @@ def success_rate(family: Family, wordings: tuple[Wording, ...]) -> tuple[float, 
 
 
 def _wordings(family: Family, half: str) -> tuple[Wording, ...]:
-    if half in ("fresh", "fresh_3"):
-        return (FRESH if half == "fresh" else FRESH_3)[family.name]
+    rounds = {"fresh": FRESH, "fresh_3": FRESH_3, "fresh_4": FRESH_4}
+    if half in rounds:
+        return rounds[half][family.name]
     return getattr(family, half)
 
 
-@pytest.mark.parametrize("half", ["tune", "held_out", "fresh", "fresh_3"])
+@pytest.mark.parametrize("half", ["tune", "held_out", "fresh", "fresh_3", "fresh_4"])
 @pytest.mark.parametrize("family", FAMILIES, ids=[f.name for f in FAMILIES])
 def test_reworded_family_succeeds_like_the_oracle(family: Family, half: str):
     oracle, reworded, n = success_rate(family, _wordings(family, half))
@@ -73,7 +74,7 @@ def test_reworded_family_succeeds_like_the_oracle(family: Family, half: str):
 
 if __name__ == "__main__":
     for family in FAMILIES:
-        for half in ("tune", "held_out", "fresh", "fresh_3"):
+        for half in ("tune", "held_out", "fresh", "fresh_3", "fresh_4"):
             oracle, reworded, n = success_rate(family, _wordings(family, half))
             print(
                 f"{family.name:14s} {half:9s} episodes {n:3d}  oracle {oracle:.2f}  reworded {reworded:.2f}"

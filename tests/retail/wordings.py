@@ -399,3 +399,92 @@ FRESH_3: dict[str, tuple[Wording, ...]] = {
         lambda m: f"No order {m.group(1)} exists on our end. Do you recall any item in it?",
     ),
 }
+
+
+# A fourth held-out round, written after the third one's classes were fixed; measured once.
+FRESH_4: dict[str, tuple[Wording, ...]] = {
+    "email": (
+        lambda m: "Absolutely. What's the best email to find your account?",
+        lambda m: "Could you confirm your email address for me?",
+        lambda m: "I'll start by locating your account - can you share your email?",
+        lambda m: "Hi there! Please give me the e-mail on the account.",
+        lambda m: "What email address are you registered with?",
+        lambda m: "For security, I need your account's email. What is it?",
+    ),
+    "name_zip": (
+        lambda m: (
+            "Hmm, I can't find that email. Can you give me your name and zip code so I can try another way?"
+        ),
+        lambda m: "That email isn't linked to any account. What's your first and last name, and your zip?",
+        lambda m: "The email didn't work. Please let me know your full name and ZIP code.",
+        lambda m: "I wasn't able to find an account with that email. Your name and zip code, please?",
+        lambda m: "Looks like that email isn't in our records. What are your name and postal code?",
+        lambda m: "No account found for that email. Could you provide your first name, last name and ZIP?",
+    ),
+    "order_id": (
+        lambda m: "Sure - which order would you like cancelled?",
+        lambda m: "Can you send me the order number?",
+        lambda m: "What's the ID of that order?",
+        lambda m: "Please let me know which order you mean, by its number.",
+        lambda m: "Which order number is it?",
+        lambda m: "Could you specify the order?",
+    ),
+    "reason": (
+        lambda m: "May I know the reason for cancelling?",
+        lambda m: "Could you tell me why you'd like to cancel?",
+        lambda m: "What's the cancellation reason?",
+        lambda m: "And the reason for cancelling is?",
+        lambda m: "Why is the order being cancelled?",
+        lambda m: "Please tell me the reason you want to cancel.",
+    ),
+    "address": (
+        lambda m: "What is your new address?",
+        lambda m: "Which address should I change it to?",
+        lambda m: "Could you give me the address you want it delivered to?",
+        lambda m: "Where should I have it sent?",
+        lambda m: "Please share the updated shipping address.",
+        lambda m: "What address do you want on the order now?",
+    ),
+    "payment": (
+        lambda m: "Which payment method should I use?",
+        lambda m: "How do you want to pay for this?",
+        lambda m: "Which of your cards or accounts should be used?",
+        lambda m: "Could you choose a payment method for this?",
+        lambda m: "What payment method works for you?",
+        lambda m: "Tell me which payment method you'd like.",
+    ),
+    "confirmation": (
+        lambda m: f"To confirm, I will {m.group(1)} Is it okay to go ahead?",
+        lambda m: f"I will {m.group(1)} Do you approve?",
+        lambda m: f"My plan: {m.group(1)} Should I proceed?",
+        lambda m: [f"Here's the summary: {m.group(1)}", "Shall I proceed?"],
+        lambda m: f"I'll {m.group(1)} Are you okay with that?",
+        lambda m: f"I'm about to {m.group(1)} Please confirm.",
+    ),
+    "unavailable": (
+        lambda m: f"I'm sorry, but the {m.group(1)} is out of stock.",
+        lambda m: f"The {m.group(1)} is not available for purchase right now.",
+        lambda m: f"It seems the {m.group(1)} isn't available.",
+        lambda m: f"Unfortunately, the {m.group(1)} is sold out at the moment.",
+        lambda m: f"We currently don't have the {m.group(1)} in stock.",
+        lambda m: f"The {m.group(1)} is no longer offered.",
+    ),
+    "balance": (
+        lambda m: f"Your gift card balance ({m.group(2)}) is too low for the {m.group(1)} price difference.",
+        lambda m: f"The price difference is {m.group(1)}, but there's only {m.group(2)} on your gift card.",
+        lambda m: f"I'm afraid your gift card can't cover the {m.group(1)} difference; it has {m.group(2)}.",
+        lambda m: (
+            f"The gift card only holds {m.group(2)}, which isn't enough for the {m.group(1)} difference."
+        ),
+        lambda m: f"The difference of {m.group(1)} is larger than your gift card balance of {m.group(2)}.",
+        lambda m: f"Your gift card has {m.group(2)} - not enough to pay the {m.group(1)} price difference.",
+    ),
+    "not_found": (
+        lambda m: f"I can't locate order {m.group(1)}. Do you remember anything else about it?",
+        lambda m: f"Order {m.group(1)} was not found in our system. What items were in it?",
+        lambda m: f"There's no order {m.group(1)} on file. Could you tell me more about the order?",
+        lambda m: f"I searched for {m.group(1)} but found nothing. What did the order contain?",
+        lambda m: f"It looks like {m.group(1)} isn't a valid order. What else can you tell me?",
+        lambda m: f"{m.group(1)} didn't match any order. Can you describe what you bought?",
+    ),
+}

@@ -59,14 +59,15 @@ SLOTS: dict[str, re.Pattern[str]] = {
         r"|\bwhich of (?:your|the|those|these) (?:orders|purchases)\b|\border (?:is it|is this|are you referring|do you mean)\b"
         r"|\b(?:the|your) order'?s? (?:id|number|reference)\b|\bidentify the order\b|\bwhich (?:of them|one of)\b"
         r"|\b(?:number|id|reference|code) (?:of|for) (?:the|your|that|this) (?:order|purchase)\b"
-        r"|\b(?:its|their) (?:order )?(?:number|id|reference)\b",
+        r"|\b(?:its|their) (?:order )?(?:number|id|reference)\b"
+        r"|\b(?:specify|identify|clarify|indicate|name|point (?:me )?to) (?:the|which|your|that) (?:order|purchase)\b",
         "reason": r"\breasons?\b|\bwhy\b|\bwhat made you\b|\bwhat(?:'s| is) (?:prompting|behind|wrong|the matter)\b"
         r"|\bmotivat\w*|\bwhat (?:led|brought) you\b|\bhow come\b|\bcauses?\b"
         r"|\bno longer (?:need|want)\w*|\bby (?:mistake|accident)\b|\bmistaken(?:ly)?\b"  # the reasons offered
         r"|\bwhat\b[^?.!]{0,20}\b(?:prompt|caus|led|brought|made|motivat|trigger)\w*",
         "address": r"\b(?:new |shipping |delivery |postal |street |mailing )?address(?:es)?\b"
         r"|\b(?:ship|send|deliver|mail)(?:ed|ing)? (?:it |them |the order |your order |the package |the items )?to\b"
-        r"|\bwhere\b[^?.!]{0,40}\b(?:ship|send|deliver|go|arriv|mov|liv|relocat|head)\w*"
+        r"|\bwhere\b[^?.!]{0,40}\b(?:ship|sen[dt]|deliver|go|arriv|mov|liv|relocat|head|mail|forward)\w*"
         r"|\bmoved\b|\bnew (?:location|place|home|residence|destination)\b|\bdestination\b|\bwhere to\b",
         "payment": r"\bpay(?:s|ing|ment|ments)?\b|\bpaid\b|\bcards?\b|\bpaypal\b|\bsettle\b|\bcharg(?:e|es|ed|ing)\b"
         r"|\bbill(?:ed|ing)?\b|\brefund(?:s|ed|ing)?\b|\breimburs\w*|\b(?:which|what) (?:method|account)\b"
@@ -78,7 +79,9 @@ EMAIL_CONTEXT = re.compile(
     r"\be-?mail|\blog ?-?in|\bsign(?:ed)? (?:up|in)|\bregistered|\bon file", re.IGNORECASE
 )
 CONFIRM = re.compile(
-    r"\bconfirm\w*|\bproceed\w*|\bgo ahead\b|\bgo-ahead\b|\b(?:shall|should|may|can) (?:i|we)\b"
+    r"\bconfirm\w*|\bproceed\w*|\bgo ahead\b|\bgo-ahead\b"
+    # "may I know/ask/have ..." asks for information, not for a yes
+    r"|\b(?:shall|should|may|can) (?:i|we)\b(?! (?:know|ask|have|get|see|request|check|find|verify|learn|hear)\b)"
     r"|\bok(?:ay)? (?:to|with|if)\b|\bis (?:this|that|everything|all of this|all this|it) (?:ok|okay|correct|right|alright|all right|fine|accurate|good)\b"
     r"|\b(?:does|do|did) (?:this|that|these|those|everything|it|all|all of this)(?: (?:above|below|here|i (?:said|described|listed)))? (?:look|sound|seem)\b"
     r"|\b(?:look|looks|sound|sounds|seem|seems) (?:right|good|correct|ok|okay|fine|alright|all right)\b"
@@ -104,6 +107,7 @@ OBSTACLES: dict[str, re.Pattern[str]] = {
         r"|\bnot (?:recogni[sz]ed|on (?:file|record))\b|\b(?:unknown|invalid|doesn'?t exist|does not exist)\b"
         r"|\b(?:doesn[’']?t|does not|don[’']?t|do not) (?:seem|appear) to (?:exist|be (?:there|in|on|valid|real|ours))"
         r"|\b(?:isn[’']?t|is not|aren[’']?t|not) (?:showing|coming|turning|popping) up\b"
+        r"|\bfound nothing\b|\bnothing (?:was |is )?found\b|\bturned up nothing\b|\bno results?\b"
         r"|(?:\bnot|n[’']t|\bno way to|\bunable to|\bcannot)\b[^.?!]{0,24}\b(?:find|locate|exist|match|retrieve|be (?:an?|any) order)\b"
         r"|\b(?:not|isn[’']?t|wasn[’']?t) (?:a |an )?(?:valid|real|correct|known|existing|recogni[sz]ed)\b",
         re.IGNORECASE,
@@ -121,7 +125,7 @@ OBSTACLES: dict[str, re.Pattern[str]] = {
         rf"|\b(?:does|do|will|would|can|could){_NT} (?:fully )?(?:cover|have enough|suffice|pay for)"
         r"|\b(?:doesn'?t|won'?t|can'?t|cannot|isn'?t) (?:fully )?(?:cover|have enough|enough|suffice|sufficient)"
         r"|\btoo (?:low|small|little)\b|\bexceeds?\b|\bshort (?:of|by)\b|\b(?:is|are|falls?|fell|comes? up|runs?) short\b"
-        r"|\bonly (?:has|holds|contains|have)\b"
+        r"|\bonly (?:has|holds|contains|have)\b|\bonly (?:\$|usd ?)?\d|\b(?:larger|greater|more|higher|bigger) than\b"
         r"|\bless than\b|\bnot (?:enough )?funds\b|\blacks?\b"
         r"|(?:\bnot|n[’']t|\bcannot|\bunable to)\b[^.?!]{0,24}\b(?:cover|pay|paid|fund|afford|enough|suffic)\w*",
         re.IGNORECASE,
