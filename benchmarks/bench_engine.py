@@ -145,7 +145,7 @@ def side_eval(engine: str, dtype: str, episodes: int, turns: int, tokens: int, m
     t0, c0 = time.perf_counter(), time.process_time()
     res = evaluate(
         policy,
-        "trace/retail-v1",
+        "trace/retail-v2",
         EvalSettings(episodes=episodes, max_turns=turns, max_new_tokens=tokens, batch_size=8),
         split="test",
         difficulty=2,
@@ -178,7 +178,7 @@ def side_equiv(dtype: str, episodes: int, turns: int, tokens: int, model: str) -
     from trace_train.rollout import ResetSpec, collect
 
     policy = HFPolicy.from_pretrained(model, dtype=dtype)
-    envs = [make_env("trace/retail-v1") for _ in range(episodes)]
+    envs = [make_env("trace/retail-v2") for _ in range(episodes)]
     specs = [
         ResetSpec(seed=reset_seed("test", i, envs[0]), group=i, split="test", difficulty=2)
         for i in range(episodes)
@@ -206,7 +206,7 @@ def side_grpo(
     from trace_train.grpo.trainer import GRPOArgs, GRPOTrainer
 
     args = GRPOArgs(
-        env_id="trace/retail-v1",
+        env_id="trace/retail-v2",
         model=model,
         out=tempfile.mkdtemp(prefix=f"bench-grpo-{engine}-"),
         steps=1,
@@ -251,7 +251,7 @@ def side_sft(
     from trace_train.sft import run_sft
 
     args = SFTArgs(
-        env_id="trace/retail-v1",
+        env_id="trace/retail-v2",
         model=model,
         out=tempfile.mkdtemp(prefix=f"bench-sft-{engine}-"),
         episodes=episodes,
@@ -300,7 +300,7 @@ def side_sft_flops(episodes: int, batch: int, model: str) -> dict[str, Any]:
     from trace_train.policies.hf import HFPolicy
     from trace_train.sft import oracle_trajectories
 
-    args = SFTArgs(env_id="trace/retail-v1", model=model, out="", episodes=episodes, batch_size=batch)
+    args = SFTArgs(env_id="trace/retail-v2", model=model, out="", episodes=episodes, batch_size=batch)
     policy = HFPolicy.from_pretrained(model, dtype="float32")
     probe = make_env(args.env_id)
     seeds = [train_reset_seed(args.seed_offset + i, probe) for i in range(episodes)]
@@ -414,7 +414,7 @@ def side_tool_tokens(model: str) -> dict[str, Any]:
     from trace_train.policies.hf import HFPolicy
 
     base, tok = load_model(model)
-    env = make_env("trace/retail-v1")
+    env = make_env("trace/retail-v2")
     obs, info = env.reset(seed=reset_seed("test", 0, env), options={"split": "test", "difficulty": 2})
     out = {}
     for fmt in ("json", "compact"):
@@ -438,7 +438,7 @@ def side_tool_ab(
     t0 = time.perf_counter()
     summary = run_sft(
         SFTArgs(
-            env_id="trace/retail-v1",
+            env_id="trace/retail-v2",
             model=model,
             out=out,
             episodes=episodes,
@@ -455,7 +455,7 @@ def side_tool_ab(
     policy = HFPolicy.from_pretrained(summary["merged"], dtype=dtype).configure(tool_format=fmt)
     res = evaluate(
         policy,
-        "trace/retail-v1",
+        "trace/retail-v2",
         EvalSettings(episodes=eval_episodes, max_turns=10, max_new_tokens=96, batch_size=16),
         split="test",
         difficulty=difficulty,
@@ -508,7 +508,7 @@ def side_batching(
     policy = HFPolicy.from_pretrained(model, dtype=dtype)
     engine_for(policy).min_idle_fraction = min_idle
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=tokens)
-    envs = [make_env("trace/retail-v1") for _ in range(batch)]
+    envs = [make_env("trace/retail-v2") for _ in range(batch)]
     specs = [
         ResetSpec(seed=reset_seed("test", i, envs[0]), group=i, split="test", difficulty=2)
         for i in range(episodes)

@@ -6,7 +6,7 @@ own :class:`~trace_gym.interop.client.RemoteEnv`, play the oracle of one seed pe
 every oracle step, close). The reference solutions are computed before the clock starts. The baseline is the
 same episodes on a local ``gym.make`` env in one thread.
 
-    python benchmarks/bench_env_server.py                          # retail-v1, 1/8/64 clients, 128 episodes
+    python benchmarks/bench_env_server.py                          # retail-v2, 1/8/64 clients, 128 episodes
     python benchmarks/bench_env_server.py --clients 1 64 --episodes 256
 """
 
@@ -80,7 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--env", default="trace/retail-v1")
+    parser.add_argument("--env", default="trace/retail-v2")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--episodes", type=int, default=128)
     args = parser.parse_args()

@@ -58,15 +58,9 @@ def by_name(results):
     return {r.name: r for r in results}
 
 
-# The toy library (tests/toy_library.py, a minimal fixture) checks its final state only: a wrong figure before
-# the right one and a repeated write the tools refuse both pass there. Reported to the fixture's owner.
-LIBRARY_HOLES = {"adversarial/hedged_across_messages", "adversarial/refused_write"}
-
-
 def test_suite_passes_on_the_library_env():
     results = validate_env("trace/test-library-v0", SMALL)
-    failed = {r.name for r in results if not r.passed}
-    assert failed == LIBRARY_HOLES, [(r.name, r.figure, r.detail) for r in results if not r.passed]
+    assert all(r.passed for r in results), [(r.name, r.figure, r.detail) for r in results if not r.passed]
     assert by_name(results)["unique_instances"].figure == "100.0% unique over 20 seeds"
 
 
@@ -90,13 +84,12 @@ def test_suite_catches_broken_envs(cls, failing):
 
 
 # Holes the adversarial section (at 50 seeds) finds in envs of other parts; strict xfail, so a fix shows as
-# XPASS and the entry goes. The catalog capability envs are to be replaced by target-derived envs (issue 27).
+# XPASS and the entry goes. The catalog capability envs are to be replaced by target-derived envs (issue 26).
 KNOWN_HOLES = {
     "trace/error-recovery-v0": "position shortcut: the target order is listed first (success 1.0, chance 0.4)",
     "trace/information-gathering-v0": "negated confirmation: the user says yes to 'I will not ...'",
     "trace/policy-adherence-v0": "hedged answers pass; negated confirmation gets a yes",
     "trace/structured-reasoning-v0": "hedged answers (in one message and across messages) and position pass",
-    "trace/test-library-v0": "toy fixture: a wrong figure before the right one and a refused repeat write pass",
 }
 REGISTERED = [
     pytest.param(e, marks=pytest.mark.xfail(reason=KNOWN_HOLES[e], strict=True)) if e in KNOWN_HOLES else e

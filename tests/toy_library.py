@@ -7,6 +7,7 @@ member the due date. Registered as ``trace/test-library-v0`` by tests/conftest.p
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -202,11 +203,19 @@ class LibraryEnv(ChatToolEnv):
             for b_id, b in self.world.state["books"].items()
             if b_id != self.target["book_id"]
         )
-        told_due = any(told_days(book["loan_days"], message) for message in self.agent_messages)
+        # the first figure the agent states is its answer: a wrong number corrected later does not count
+        stated = [m for m in self.agent_messages if NUMBER.search(m)]
+        told_due = bool(stated) and told_days(book["loan_days"], stated[0])
+        # a checkout the tools refused (the book was not available) breaks the policy, refused or not
+        no_violation = not any(c.name == "checkout" and c.error is not None for c in self.calls)
         checked_first = any(c.name == "get_book" and c.error is None for c in self.calls)
-        components = {"final_state": float(lent_right and others_untouched), "due_date_told": float(told_due)}
+        components = {
+            "final_state": float(lent_right and others_untouched),
+            "due_date_told": float(told_due),
+            "no_violation": float(no_violation),
+        }
         return Evaluation(
-            reward=components["final_state"] * components["due_date_told"],
+            reward=components["final_state"] * components["due_date_told"] * components["no_violation"],
             components=components,
             requirements={"precondition-checking": "PRESENT" if checked_first else "LACKING"},
         )
@@ -238,11 +247,12 @@ class LibraryEnv(ChatToolEnv):
         ]
 
 
+NUMBER = re.compile(r"(?<![\w#.])\d+(?![\w.])")  # a figure on its own, not part of an id such as B123
+
+
 def told_days(days: int, message: str) -> bool:
     """The message states the loan period as its only number (a list of candidate numbers tells nothing)."""
-    import re
-
-    return re.findall(r"(?<![\w#.])\d+(?![\w.])", message) == [str(days)]
+    return NUMBER.findall(message) == [str(days)]
 
 
 register_env("trace/test-library-v0", entry_point="tests.toy_library:LibraryEnv")

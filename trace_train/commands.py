@@ -107,7 +107,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train = subparsers.add_parser(
         "train", help="seed-grouped GRPO: train a LoRA adapter on any chat/text Gymnasium env"
     )
-    train.add_argument("env_id", help="Gymnasium id, e.g. trace/retail-v1 or module:ns/name-v0")
+    train.add_argument("env_id", help="Gymnasium id, e.g. trace/retail-v2 or module:ns/name-v0")
     add_dataclass_flags(train, GRPOArgs, skip={"env_id"})
     train.set_defaults(func=cmd_train)
 
@@ -127,7 +127,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ro = subparsers.add_parser(
         "rollout", help="step 1: base-agent trajectories on a target's train split (JSONL)"
     )
-    ro.add_argument("env_id", help="Gymnasium id, e.g. trace/retail-v1")
+    ro.add_argument("env_id", help="Gymnasium id, e.g. trace/retail-v2")
     ro.add_argument(
         "--model",
         required=True,

@@ -534,7 +534,7 @@ class DemoArgs:
     """The main job on the embedded default: warm-start, measure, train, measure again.
 
     Defaults fit about 25 minutes on two CPU cores with SmolLM2-135M. ``env_id`` may be any env with
-    ``oracle_actions()``; ``trace/retail-v0`` works the same way but needs a GPU to finish in that time.
+    ``oracle_actions()``; ``trace/retail-v2`` works the same way but needs a GPU to finish in that time.
     """
 
     env_id: str = "trace/rg-arith2-v2"  # content-split (arith1's ~40 test tasks are too few)

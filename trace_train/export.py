@@ -15,7 +15,7 @@ with ``messages`` and ``reward``, plus ``seed``, ``split``, ``success``, ...), a
 
 ::
 
-    trace export runs/eval/retail.jsonl --format openai --env trace/retail-v1 --out sft.jsonl
+    trace export runs/eval/retail.jsonl --format openai --env trace/retail-v2 --out sft.jsonl
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ alongside. ::
     from trl import GRPOConfig, GRPOTrainer
     from trace_train.trl_env import TraceRollout
 
-    rollout = TraceRollout("trace/retail-v1", max_turns=8)
+    rollout = TraceRollout("trace/retail-v2", max_turns=8)
     trainer = GRPOTrainer(
         model=model,
         processing_class=tokenizer,

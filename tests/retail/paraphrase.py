@@ -1,4 +1,4 @@
-"""A paraphrasing agent for retail-v1: the oracle's actions, every message reworded (written for the tests,
+"""A paraphrasing agent for retail-v2: the oracle's actions, every message reworded (written for the tests,
 not taken from the user simulator's lexicon), so that a verifier keyed to the oracle's wording would fail it."""
 
 from __future__ import annotations

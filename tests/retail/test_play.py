@@ -1,4 +1,4 @@
-"""``trace play`` on retail-v1: rich markup does not eat "[i]", a mistyped /command is not sent to the user,
+"""``trace play`` on retail-v2: rich markup does not eat "[i]", a mistyped /command is not sent to the user,
 and the session stays open after the episode ends (``/reset`` plays another)."""
 
 import argparse

@@ -49,7 +49,7 @@ def test_full_synthesis_reproduces_the_committed_package_byte_for_byte(tmp_path)
     shutil.copytree(PACKAGE, out, ignore=shutil.ignore_patterns("__pycache__"))
     seeds = json.loads((committed("precondition-checking") / "validation.json").read_text())["seeds"]
     records = [{"name": c} for c in FAMILIES]
-    outcomes = synthesize(records, "trace/retail-v1", out, seeds=seeds)
+    outcomes = synthesize(records, "trace/retail-v2", out, seeds=seeds)
     assert all(o.accepted for o in outcomes), [o.reason for o in outcomes if not o.accepted]
     for capability in FAMILIES:
         for name in PACKAGE_FILES:
@@ -109,19 +109,19 @@ def test_selection_input_is_validated(tmp_path):
 
 def test_a_capability_outside_the_catalog_needs_a_model(tmp_path):
     package = new_plugin_package(tmp_path, "more_envs")
-    [outcome] = synthesize([{"name": "haggling"}], "trace/retail-v1", package, validate=False)
+    [outcome] = synthesize([{"name": "haggling"}], "trace/retail-v2", package, validate=False)
     assert not outcome.accepted and "not in the catalog" in outcome.reason
 
 
 def test_synthesis_keeps_a_calibration_already_in_the_spec(tmp_path):
     package = new_plugin_package(tmp_path, "calibrated_envs")
-    synthesize([{"name": "policy-adherence"}], "trace/retail-v1", package, validate=False)
+    synthesize([{"name": "policy-adherence"}], "trace/retail-v2", package, validate=False)
     spec_file = package / "policy_adherence" / "spec.json"
     spec = json.loads(spec_file.read_text())
     spec["calibration"] = {"model": "m", "level": 2, "groups": 4, "seeds": 8, "levels": [], "bands": {}}
     spec["difficulty"]["default"] = 2
     spec_file.write_text(json.dumps(spec))
-    synthesize([{"name": "policy-adherence"}], "trace/retail-v1", package, validate=False)
+    synthesize([{"name": "policy-adherence"}], "trace/retail-v2", package, validate=False)
     again = json.loads(spec_file.read_text())
     assert again["calibration"]["level"] == 2 and again["difficulty"]["default"] == 2
     assert "difficulty 2" in (package / "policy_adherence" / "CARD.md").read_text()
@@ -139,7 +139,7 @@ def test_a_new_plugin_package_installs_and_registers_by_entry_point(tmp_path):
     def fixed(record, target, class_name):
         return GeneratedModule(GOOD.replace(CLASS, class_name))
 
-    [outcome] = synthesize(records, "trace/retail-v1", package, seeds=6, generator=fixed)
+    [outcome] = synthesize(records, "trace/retail-v2", package, seeds=6, generator=fixed)
     assert outcome.accepted, outcome.reason
     site = tmp_path / "site"
     pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index"]

@@ -79,7 +79,7 @@ def test_generation_agent_feeds_the_rejection_back_and_retries():
         agent = LLMAgent(OpenAIClient(base_url=server.base_url), "stand-in", max_attempts=3)
         module = GenerationAgent(agent, seeds=6, limits=FAST)(
             {"name": "order-status-lookup", "description": "tell an order's status after reading it"},
-            "trace/retail-v1",
+            "trace/retail-v2",
             CLASS,
         )
         assert module.source == GOOD and len(module.attempts) == 2
@@ -96,7 +96,7 @@ def test_synthesize_outside_the_catalog_registers_only_what_passes(tmp_path):
     with StandinServer(respond=_answers(BAD["socket_import"])) as server:
         agent = LLMAgent(OpenAIClient(base_url=server.base_url), "stand-in", max_attempts=2)
         generator = GenerationAgent(agent, seeds=6, limits=FAST)
-        [outcome] = synthesize(records, "trace/retail-v1", package, seeds=6, generator=generator, limits=FAST)
+        [outcome] = synthesize(records, "trace/retail-v2", package, seeds=6, generator=generator, limits=FAST)
     assert not outcome.accepted and "import of 'socket'" in outcome.reason
     assert not (package / "order_status_lookup").exists()
     assert "socket" in (package / "_rejected" / "order_status_lookup.json").read_text()
@@ -106,7 +106,7 @@ def test_synthesize_outside_the_catalog_registers_only_what_passes(tmp_path):
 
         return GeneratedModule(GOOD.replace(CLASS, class_name))
 
-    [outcome] = synthesize(records, "trace/retail-v1", package, seeds=6, generator=fixed, limits=FAST)
+    [outcome] = synthesize(records, "trace/retail-v2", package, seeds=6, generator=fixed, limits=FAST)
     assert outcome.accepted, outcome.reason
     files = sorted(p.name for p in (package / "order_status_lookup").iterdir())
     assert files == ["CARD.md", "__init__.py", "env.py", "spec.json", "validation.json"]
@@ -117,4 +117,4 @@ def test_synthesize_outside_the_catalog_registers_only_what_passes(tmp_path):
 
 def test_synthesize_refuses_an_output_that_is_not_a_package(tmp_path):
     with pytest.raises(SynthesisError, match="not a Python package"):
-        synthesize([{"name": "precondition-checking"}], "trace/retail-v1", tmp_path, validate=False)
+        synthesize([{"name": "precondition-checking"}], "trace/retail-v2", tmp_path, validate=False)

@@ -11,7 +11,7 @@ the env's ``np_random``, until the instance belongs to the requested split. So:
 * the test share of the task space is :data:`TEST_SHARE` (20%) unless the env says otherwise; a test reset
   takes 1 / share draws on average, a train reset 1 / (1 - share).
 
-An env opts in with two class-level declarations (retail-v0 keeps its golden instances by not opting in)::
+An env opts in with two class-level declarations ::
 
     class MyEnv(ChatToolEnv):
         content_split = True          # reset() keeps only instances whose key hashes to the split

@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "env-serve", help="serve an env over HTTP: reset/step/state with many sessions (docs/interop.md)"
     )
     serve.add_argument(
-        "env_id", help="a registered id, e.g. trace/retail-v1 (module:id imports module first)"
+        "env_id", help="a registered id, e.g. trace/retail-v2 (module:id imports module first)"
     )
     serve.add_argument("--host", default="127.0.0.1", help="interface to bind (0.0.0.0 for other machines)")
     serve.add_argument("--port", type=int, default=8080, help="port (0: any free port, printed at start)")

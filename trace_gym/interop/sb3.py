@@ -15,7 +15,7 @@ Reward, termination, truncation
 
 Works on any trace env and on stacks of the robustness wrappers::
 
-    env = CandidateActionEnv(gym.make("trace_gym:trace/retail-v1"))
+    env = CandidateActionEnv(gym.make("trace_gym:trace/retail-v2"))
     model = stable_baselines3.PPO("MlpPolicy", env).learn(10_000)
 """
 

@@ -1,6 +1,6 @@
 """CLI subcommands of step 2 (registered by ``trace_train.cli``): ``synthesize``, ``isolation``.
 
-trace synthesize --capabilities selected_capabilities.json --target trace/retail-v1 --out generated_envs
+trace synthesize --capabilities selected_capabilities.json --target trace/retail-v2 --out generated_envs
 trace isolation [ENV_ID ...] --seeds 100          the "oracle minus one capability" matrix
 
 ``trace calibrate`` runs a model, so it lives in ``trace_train.calibrate``.

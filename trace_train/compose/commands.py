@@ -72,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cmp = subparsers.add_parser(
         "compare", help="paired evaluation of base, adapters, task router and composed MoE on a target"
     )
-    cmp.add_argument("target", help="target env id, e.g. trace/retail-v1")
+    cmp.add_argument("target", help="target env id, e.g. trace/retail-v2")
     cmp.add_argument("--composition", required=True, help="artefact directory written by `trace compose`")
     cmp.add_argument(
         "--models",

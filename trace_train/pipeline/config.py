@@ -44,7 +44,7 @@ CONFIG_DIR = Path(__file__).with_name("configs")
 
 @dataclass
 class TargetConfig:
-    env_id: str = knob("trace/retail-v1", "Gymnasium id of the target environment", minLength=1)
+    env_id: str = knob("trace/retail-v2", "Gymnasium id of the target environment", minLength=1)
     difficulty: int | None = knob(None, "target difficulty level (None: the id's default)", minimum=0)
 
 
@@ -346,7 +346,7 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """``section.key=value`` with a TOML value (``adapters.steps=5``, ``target.env_id="trace/retail-v1"``)."""
+    """``section.key=value`` with a TOML value (``adapters.steps=5``, ``target.env_id="trace/retail-v2"``)."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"override {text!r}: expected section.key=value")

@@ -36,7 +36,7 @@ class ScriptedAgent:
                 raise ValueError(
                     f"{unwrapped.spec.id if unwrapped.spec else type(unwrapped).__name__} cannot remove a "
                     "capability from its oracle (no ablatable_capabilities / oracle_actions(without=...)); "
-                    "use a target that supports it, e.g. trace/retail-v1"
+                    "use a target that supports it, e.g. trace/retail-v2"
                 )
             if self.without not in known:
                 raise ValueError(

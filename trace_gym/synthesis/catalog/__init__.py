@@ -28,6 +28,6 @@ FAMILIES: dict[str, type[CapabilityEnv]] = {
     )
 }
 # The target envs each family's domain objects come from (tool names, schemas, policy wording).
-TARGETS = ("trace/retail-v0", "trace/retail-v1")
+TARGETS = ("trace/retail-v2",)
 
 __all__ = ["CAPABILITIES", "FAMILIES", "TARGETS", "CapabilityEnv"]

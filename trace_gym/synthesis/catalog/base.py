@@ -33,7 +33,7 @@ import numpy as np
 
 from trace_gym.core.env import CallRecord, ChatToolEnv, Episode, Evaluation, Label
 from trace_gym.targets.retail.data import STREETS, IdMaker, Sizes, make_order, make_products, make_user, money
-from trace_gym.targets.retail.policy import POLICY_V1 as POLICY  # retail-v1's wording of the same rules
+from trace_gym.targets.retail.policy import POLICY_V1 as POLICY  # the target's policy
 from trace_gym.targets.retail.tasks import Write  # the target's expected-write record, shared
 from trace_gym.targets.retail.tools import TOOLS
 from trace_gym.worlds import STOP, State, Tool, ToolError, UserReply, UserSimulator, World, clone, state_hash
