@@ -50,18 +50,39 @@ def test_full_synthesis_reproduces_the_committed_package_byte_for_byte(tmp_path)
     seeds = json.loads((committed("precondition-checking") / "validation.json").read_text())["seeds"]
     records = [{"name": c} for c in FAMILIES]
     outcomes = synthesize(records, "trace/retail-v2", out, seeds=seeds)
-    assert all(o.accepted for o in outcomes), [o.reason for o in outcomes if not o.accepted]
+    assert {o.capability for o in outcomes if not o.accepted} == set(KNOWN_FAILING)
     for capability in FAMILIES:
+        if capability in KNOWN_FAILING:  # rejected: the report goes to _rejected/, the committed one is it
+            rejected = out / "_rejected" / f"{package_name(capability)}.json"
+            assert rejected.read_text() == (committed(capability) / "validation.json").read_text()
+            continue
         for name in PACKAGE_FILES:
             assert (out / package_name(capability) / name).read_text() == (
                 committed(capability) / name
             ).read_text()
 
 
-def test_committed_envs_passed_validation_and_specs_match_the_schema():
+# Catalog envs that the adversarial probes of issue 27 (at 50 seeds) catch: `trace synthesize` now rejects them,
+# and their committed report says so. They are to be replaced by target-derived envs (issue 26); a fix that
+# makes one pass must also update this table (the test is exact both ways).
+KNOWN_FAILING = {
+    "error-recovery": {"adversarial/position_shortcut"},
+    "information-gathering": {"adversarial/negated_confirmation"},
+    "policy-adherence": {"adversarial/hedged_answer", "adversarial/negated_confirmation"},
+    "structured-reasoning": {
+        "adversarial/hedged_answer",
+        "adversarial/hedged_across_messages",
+        "adversarial/position_shortcut",
+    },
+}
+
+
+def test_committed_validation_reports_are_honest_and_specs_match_the_schema():
     for capability in FAMILIES:
         report = json.loads((committed(capability) / "validation.json").read_text())
-        assert report["passed"], report["reason"]
+        failed = {c["name"] for c in report["checks"] if not c["passed"]}
+        assert failed == KNOWN_FAILING.get(capability, set()), (capability, report["reason"])
+        assert report["passed"] == (not failed)
         validate_spec(json.loads((committed(capability) / "spec.json").read_text()))
 
 
