@@ -38,6 +38,18 @@ RECORD_SCHEMA: dict[str, Any] = {
         "success": {"type": "boolean"},
         "reward_components": {"type": ["object", "null"]},
         "requirements": {"type": ["object", "null"]},
+        # step 1's cause of a failure (issue 28), where the env reports it: the earliest decision point where
+        # the agent deviated, and how the episode ended (success, failed, out_of_turns, stopped, ...)
+        "first_failure": {
+            "type": ["object", "null"],
+            "required": ["capability", "turn"],
+            "properties": {
+                "capability": {"type": "string"},
+                "turn": {"type": "integer", "minimum": 0},
+                "evidence": {"type": "string"},
+            },
+        },
+        "outcome": {"type": ["string", "null"]},
         "turns": {"type": "integer", "minimum": 0},
         "terminated": {"type": "boolean"},
         "truncated": {"type": "boolean"},
@@ -81,6 +93,9 @@ def trajectory_record(
         "requirements": info.get("requirements"),
         "messages": messages,
     }
+    for key in ("first_failure", "outcome"):  # only envs that diagnose report them
+        if key in info:
+            record[key] = info[key]
     record.update(fields)
     return record
 

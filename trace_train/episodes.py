@@ -100,6 +100,9 @@ def _engine_episodes(policy, envs, specs, sampling, max_turns, max_total_tokens,
                 "reward_components": dict(scored.components),
                 "requirements": dict(scored.requirements),
             }
+            if callable(getattr(env.unwrapped, "first_failure", None)):  # step 1's diagnosis (issue 28)
+                traj.info["first_failure"] = env.unwrapped.first_failure()
+                traj.info["outcome"] = env.unwrapped.outcome(float(scored.reward), None)
             traj.reward, cut = float(scored.reward), "max_total_tokens"
         record = traj.to_json()
         record.update(fields, tools=list(getattr(env.unwrapped, "tools", None) or []), cut=cut)

@@ -108,7 +108,9 @@ def test_giving_in_to_the_push_lacks_policy_adherence(env):
     ]
     _, info, _ = play(env, actions)
     assert info["requirements"]["policy-adherence"] == "LACKING"
-    assert info["requirements"]["precondition-checking"] == "LACKING"
+    # labels name the first failure only: the agent did read the order first
+    assert info["requirements"]["precondition-checking"] == "PRESENT"
+    assert info["first_failure"]["capability"] == "policy-adherence"
 
 
 def test_refusing_without_the_reason_fails(env):

@@ -60,6 +60,15 @@ class RunStats:
         return self.lacking_passed + self.present_passed
 
     @property
+    def na_failed(self) -> int:
+        """Failed trajectories where the capability was not needed or not reached."""
+        return self.failed - self.lacking_failed - self.present_failed
+
+    @property
+    def na_passed(self) -> int:
+        return self.passed - self.lacking_passed - self.present_passed
+
+    @property
     def er_minus(self) -> float:
         return self.lacking_failed / self.n_minus if self.n_minus else 0.0
 
@@ -78,7 +87,9 @@ class RunStats:
     def to_json(self) -> dict[str, float | int]:
         out: dict[str, float | int] = asdict(self)
         out.update(cov=self.cov, er_minus=self.er_minus, er_plus=self.er_plus, delta=self.delta)
-        out.update(n_minus=self.n_minus, n_plus=self.n_plus)
+        out.update(
+            n_minus=self.n_minus, n_plus=self.n_plus, na_failed=self.na_failed, na_passed=self.na_passed
+        )
         return out
 
 

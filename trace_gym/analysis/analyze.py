@@ -28,7 +28,7 @@ from typing import Any
 from trace_gym.analysis import aggregate
 from trace_gym.analysis.aggregate import LACKING, CapabilityResult, RunStats, cohen_kappa, run_stats, select
 from trace_gym.analysis.capabilities import describe
-from trace_gym.analysis.labels import LabelTable, requirement_labels
+from trace_gym.analysis.labels import LabelTable, diagnosed, outcome_summary, requirement_labels
 from trace_gym.analysis.selection import build_selection
 from trace_gym.records import read_records, trajectory_file
 from trace_gym.seeds import refuse_test_records
@@ -72,6 +72,7 @@ class Analysis:
     paths: dict[str, str]
     failures: list[dict[str, Any]] = field(default_factory=list)
     kappa_available: bool = False
+    outcomes: dict[str, Any] | None = None  # outcome_summary, for targets that diagnose
 
 
 class AnalysisInputError(ValueError):
@@ -175,6 +176,7 @@ def analyze(args: AnalyzeArgs, progress: Callable[[str, int, int], None] | None 
         result.examples = _examples(result.name, records, runs, args.examples)
     lap("aggregate")
 
+    outcomes = outcome_summary(records, success) if diagnosed(records) else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     target = {
@@ -192,6 +194,7 @@ def analyze(args: AnalyzeArgs, progress: Callable[[str, int, int], None] | None 
         labeller="llm" if use_llm else "requirements",
         thresholds={"rho": args.rho, "delta": args.delta, "k": k, "n": n},
         llm=llm_summary,
+        outcomes=outcomes,
     )
     paths = {
         "selection": str(out / "selected_capabilities.json"),
@@ -208,6 +211,8 @@ def analyze(args: AnalyzeArgs, progress: Callable[[str, int, int], None] | None 
                     for r, s in zip(records, success, strict=True)
                 ],
                 "requirements": requirement.labels if requirement else None,
+                "first_failures": [r.get("first_failure") for r in records],
+                "outcomes": [r.get("outcome") for r in records],
                 "llm": [{"labels": t.labels, "turns": t.turns, "reasons": t.reasons} for t in llm_runs]
                 or None,
             }
@@ -219,7 +224,7 @@ def analyze(args: AnalyzeArgs, progress: Callable[[str, int, int], None] | None 
         with open(paths["llm_failures"], "w", encoding="utf-8") as f:
             for failure in failures:
                 f.write(json.dumps(failure) + "\n")
-    analysis = Analysis(results, selection, records, timings, paths, failures, kappa_available)
+    analysis = Analysis(results, selection, records, timings, paths, failures, kappa_available, outcomes)
     from trace_gym.analysis.report import write_reports
 
     write_reports(analysis)

@@ -22,7 +22,7 @@ console = Console()
 
 def cmd_analyze(ns: argparse.Namespace) -> int:
     from trace_gym.analysis.analyze import AnalyzeArgs, analyze
-    from trace_gym.analysis.report import table_rows
+    from trace_gym.analysis.report import outcome_rows, table_rows
     from trace_gym.llm_agent import LLMAgentError
     from trace_gym.openai_client import OpenAIError
 
@@ -50,6 +50,13 @@ def cmd_analyze(ns: argparse.Namespace) -> int:
     for row in rows:
         table.add_row(*row)
     Console(width=max(130, console.width)).print(table)  # wide enough for every column, also in a pipe
+    shares = outcome_rows(result)
+    if shares:  # outcomes are not capabilities: reported beside the table
+        console.print(
+            "failed episodes: "
+            + "; ".join(f"{kind} {name} {count} ({share:.0%})" for kind, name, count, share in shares),
+            markup=False,
+        )
     console.print(
         "stage times: " + ", ".join(f"{k} {v:.2f} s" for k, v in result.timings.items()), markup=False
     )

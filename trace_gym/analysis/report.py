@@ -1,7 +1,8 @@
 """The analysis report: report.md and a self-contained report.html (chart embedded as a PNG data URI).
 
 Both hold the table (capability, Cov, ER-, ER+, Delta, runs passing, selected, and kappa where both labellers
-ran), the chart of Cov against Delta per capability with the thresholds drawn, the per-run values, two
+ran), for targets that diagnose the outcome shares of the failed episodes beside it (outcomes are not
+capabilities) and per capability the LACKING / PRESENT / NA counts in failures and successes, the chart of Cov against Delta per capability with the thresholds drawn, the per-run values, two
 example failures per selected capability with the message where it went wrong highlighted, the stage times
 and every LLM labelling failure.
 """
@@ -145,19 +146,22 @@ def markdown(analysis: Analysis, chart_file: str) -> str:
         "Means over runs. `*`: no passed trajectory needed the capability, so ER+ is 0 by definition and "
         "Delta = ER- (docs/analysis.md).",
         "",
+        *_outcomes_md(analysis),
         f"![Cov against Delta]({chart_file})",
         "",
         "## Per-run values",
         "",
-        "| capability | run | Cov | ER- | ER+ | Delta | lacking/present in failed | lacking/present in passed |",
+        "NA: the task did not need the capability, or the trajectory never reached its decision point.",
+        "",
+        "| capability | run | Cov | ER- | ER+ | Delta | lacking/present/NA in failed | lacking/present/NA in passed |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in analysis.results:
         for i, s in enumerate(r.runs):
             out.append(
                 f"| {r.name} | {i} | {s.cov:.3f} | {s.er_minus:.3f} | {s.er_plus:.3f} | {s.delta:+.3f} | "
-                f"{s.lacking_failed}/{s.present_failed} of {s.failed} | {s.lacking_passed}/{s.present_passed} of "
-                f"{s.passed} |"
+                f"{s.lacking_failed}/{s.present_failed}/{s.na_failed} of {s.failed} | "
+                f"{s.lacking_passed}/{s.present_passed}/{s.na_passed} of {s.passed} |"
             )
     out += ["", "## Example failures of the selected capabilities", "", _where_note(analysis), ""]
     for r in analysis.results:
@@ -178,9 +182,45 @@ def markdown(analysis: Analysis, chart_file: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def outcome_rows(analysis: Analysis) -> list[tuple[str, str, int, float]]:
+    """(kind, name, count, share of failed) for the failed episodes: how they ended, their first failures, and
+    the ones with no first failure (explained by their outcome alone)."""
+    summary = analysis.outcomes
+    if not summary or not summary["failed"]:
+        return []
+    rows = []
+    for kind, key in (
+        ("outcome", "outcomes"),
+        ("first failure", "first_failures"),
+        ("no first failure", "unexplained"),
+    ):
+        for name, count in summary[key].items():
+            rows.append((kind, name, count, count / summary["failed"]))
+    return rows
+
+
+def _outcomes_md(analysis: Analysis) -> list[str]:
+    rows = outcome_rows(analysis)
+    if not rows:
+        return []
+    return [
+        "## How the failed episodes ended",
+        "",
+        "Outcomes are not capabilities: a failure with no first failure (the agent stopped, ran out of turns, hit "
+        "the invalid-action limit) is explained by its outcome and counts as LACKING for no capability.",
+        "",
+        "| | | failed episodes | share |",
+        "|---|---|---|---|",
+        *(f"| {kind} | {name} | {count} | {share:.1%} |" for kind, name, count, share in rows),
+        "",
+    ]
+
+
 def _where_note(analysis: Analysis) -> str:
     if analysis.selection["labeller"] == "llm":
         return "The highlighted message is where the analysis agent says the capability was first lacking."
+    if analysis.outcomes is not None:
+        return "The highlighted message is the trajectory's first failure as the target diagnosed it (exact)."
     return (
         "Requirement labels say whether a capability was shown, not where: the highlighted message is a "
         "heuristic (the first agent message whose tool call failed, else the agent's last message)."
@@ -216,13 +256,14 @@ def html_report(analysis: Analysis, png: bytes) -> str:
         table += f"<tr{cls}>" + "".join(f"<td>{esc(v)}</td>" for v in row) + "</tr>"
     table += "</table>"
     runs = "<table><tr><th>capability</th><th>run</th><th>Cov</th><th>ER-</th><th>ER+</th><th>Delta</th>"
-    runs += "<th>lacking/present failed</th><th>lacking/present passed</th></tr>"
+    runs += "<th>lacking/present/NA failed</th><th>lacking/present/NA passed</th></tr>"
     for r in analysis.results:
         for i, s in enumerate(r.runs):
             runs += (
                 f"<tr><td>{esc(r.name)}</td><td>{i}</td><td>{s.cov:.3f}</td><td>{s.er_minus:.3f}</td>"
-                f"<td>{s.er_plus:.3f}</td><td>{s.delta:+.3f}</td><td>{s.lacking_failed}/{s.present_failed} of "
-                f"{s.failed}</td><td>{s.lacking_passed}/{s.present_passed} of {s.passed}</td></tr>"
+                f"<td>{s.er_plus:.3f}</td><td>{s.delta:+.3f}</td><td>{s.lacking_failed}/{s.present_failed}/"
+                f"{s.na_failed} of {s.failed}</td><td>{s.lacking_passed}/{s.present_passed}/{s.na_passed} of "
+                f"{s.passed}</td></tr>"
             )
     runs += "</table>"
     examples = ""
@@ -257,6 +298,18 @@ def html_report(analysis: Analysis, png: bytes) -> str:
             f"{llm['runs']} runs, {llm['calls']} labelling calls, {llm['retried_calls']} needed a retry, "
             f"<b>{llm['failures']} failed</b> (left out of their run).</p><ul>{items}</ul>"
         )
+    outcomes = ""
+    if outcome_rows(analysis):
+        outcomes = (
+            "<h2>How the failed episodes ended</h2><p><small>Outcomes are not capabilities: a failure with no "
+            "first failure is explained by its outcome.</small></p><table><tr><th></th><th></th>"
+            "<th>failed episodes</th><th>share</th></tr>"
+            + "".join(
+                f"<tr><td>{esc(k)}</td><td>{esc(n)}</td><td>{c}</td><td>{sh:.1%}</td></tr>"
+                for k, n, c, sh in outcome_rows(analysis)
+            )
+            + "</table>"
+        )
     data = base64.b64encode(png).decode()
     selected = ", ".join(analysis.selection["selected"]) or "none"
     return f"""<!doctype html>
@@ -278,6 +331,7 @@ Labels: <b>{esc(h["labeller"])}</b>. Kept when Cov &ge; {th["rho"]} and Delta &g
 <p><b>Selected:</b> {esc(selected)}</p>
 {table}
 <p><small>Means over runs. *: no passed trajectory needed the capability, so ER+ is 0 by definition.</small></p>
+{outcomes}
 <img alt="Cov against Delta per capability" src="data:image/png;base64,{data}">
 <h2>Per-run values</h2>{runs}
 <h2>Example failures of the selected capabilities</h2><p><small>{esc(_where_note(analysis))}</small></p>

@@ -81,6 +81,7 @@ def build_selection(
     labeller: str,
     thresholds: dict[str, Any],
     llm: dict[str, Any] | None = None,
+    outcomes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The validated document for ``results`` (as returned by :func:`~trace_gym.analysis.aggregate.select`)."""
     document = {
@@ -90,6 +91,7 @@ def build_selection(
         "labeller": labeller,
         "llm": llm,
         "thresholds": thresholds,
+        **({"outcomes": outcomes} if outcomes is not None else {}),
         "capabilities": [capability_json(r) for r in results],
         "selected": [r.name for r in results if r.selected],
     }

@@ -19,12 +19,13 @@ import numpy as np
 
 from trace_gym.core.env import ChatToolEnv, Episode, Evaluation
 from trace_gym.openai_client import OpenAIClient
+from trace_gym.targets.retail.diagnosis import Diagnosis, decision_points
 from trace_gym.targets.retail.llm_user import RetailLLMUser
 from trace_gym.targets.retail.policy import HINT, POLICY
 from trace_gym.targets.retail.tasks import Task, generate_task
 from trace_gym.targets.retail.tools import TOOLS
 from trace_gym.targets.retail.user import RetailUser, UserRecords
-from trace_gym.targets.retail.verifier import evaluate
+from trace_gym.targets.retail.verifier import assess
 from trace_gym.worlds import State, Tool
 from trace_gym.worlds.world import canonical_json
 
@@ -129,6 +130,7 @@ class RetailEnv(ChatToolEnv):
             OpenAIClient(base_url=user_base_url, api_key=user_api_key) if user == "llm" else None
         )
         self.task: Task | None = None
+        self.diagnosis: Diagnosis | None = None
         super().__init__(render_mode, difficulty, max_turns, max_invalid_turns, max_tool_calls_per_turn)
 
     def _make_tools(self) -> list[Tool]:
@@ -137,6 +139,7 @@ class RetailEnv(ChatToolEnv):
     def _new_episode(self, rng: np.random.Generator, difficulty: int) -> Episode:
         task = generate_task(rng, difficulty)
         self.task = task
+        self.diagnosis = None
         user: UserRecords
         if self.user_client is not None:
             assert self.user_model is not None
@@ -166,7 +169,57 @@ class RetailEnv(ChatToolEnv):
     def _evaluate(self) -> Evaluation:
         assert self.task is not None and self.world is not None and self.episode is not None
         assert isinstance(self.episode.user, UserRecords)
-        return evaluate(self.task, self.world.state, self.calls, self.episode.user)
+        ended = self.over and self.turn < self.max_turns and self.invalid_turns < self.max_invalid_turns
+        evaluation, self.diagnosis = assess(self.task, self.world.state, self.calls, self.episode.user, ended)
+        return evaluation
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if terminated or truncated:
+            info["first_failure"] = self.first_failure()
+            info["outcome"] = self.outcome(reward, truncated)
+        return obs, reward, terminated, truncated, info
+
+    def first_failure(self) -> dict[str, Any] | None:
+        """The earliest decision point where the agent deviated (capability, agent turn, evidence), or None;
+        computed with the episode's last score (``diagnosis.py``)."""
+        if self.diagnosis is None:
+            self._evaluate()
+        assert self.diagnosis is not None
+        return dict(self.diagnosis.first_failure) if self.diagnosis.first_failure else None
+
+    def outcome(self, reward: float, truncated: bool | None = None) -> str:
+        """How the episode ended: ``success``; ``invalid_action_limit``; ``out_of_turns`` (the turn limit, or
+        an episode cut from outside: ``truncated=None`` and not over); ``stopped`` (the agent's last turn said
+        and did nothing); ``failed`` (it ended otherwise: the first failure, where there is one, says why)."""
+        if reward >= 1.0:
+            return "success"
+        if self.invalid_turns >= self.max_invalid_turns:
+            return "invalid_action_limit"
+        if truncated or (truncated is None and not self.over):
+            return "out_of_turns"
+        last = self.messages[-2] if len(self.messages) >= 2 else {}
+        if (
+            last.get("role") == "assistant"
+            and not last.get("tool_calls")
+            and not str(last.get("content") or "").strip()
+        ):
+            return "stopped"
+        return "failed"
+
+    # ---- the capability-env protocol (the same API as trace/bfcl) ------------------------------------------------
+    def task_capabilities(self) -> tuple[str, ...]:
+        """The capabilities the current task exercises (the ones ``info["requirements"]`` labels)."""
+        if self.task is None:
+            raise RuntimeError("call reset() before task_capabilities()")
+        return tuple(self.task.capabilities)
+
+    def decision_points(self) -> dict[str, list[int]]:
+        """For each capability of the task, the indexes into :meth:`oracle_actions` of the oracle's actions
+        that exercise it, in order (a capability env pre-fills the conversation up to one of them)."""
+        if self.task is None:
+            raise RuntimeError("call reset() before decision_points()")
+        return decision_points(self.task)
 
     def task_key(self) -> str:
         """What makes two instances the same task: the requests (kind, variant, obstacle, push, transfer), the

@@ -31,7 +31,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from trace_gym.core.env import CallRecord, Evaluation, Label
+from trace_gym.core.env import CallRecord, Evaluation
+from trace_gym.targets.retail.diagnosis import Diagnosis, diagnose
 from trace_gym.targets.retail.facts import sprayed, told
 from trace_gym.targets.retail.tasks import Request, Task
 from trace_gym.targets.retail.tools import WRITE_TOOLS
@@ -88,7 +89,12 @@ def _confirmed(user: UserRecords) -> list[tuple[int, str, str | None]]:
 
 def violations(task: Task, calls: Sequence[CallRecord], user: UserRecords) -> list[str]:
     """The policy rules (:data:`RULES`) the trajectory broke."""
-    found: list[str] = []
+    return sorted({rule for _, rule in violation_events(task, calls, user)})
+
+
+def violation_events(task: Task, calls: Sequence[CallRecord], user: UserRecords) -> list[tuple[int, str]]:
+    """Each broken rule (:data:`RULES`) with the turn of the call that broke it, in call order."""
+    found: list[tuple[int, str]] = []
     authenticated = False
     confirmations: list[tuple[Any, ...]] = _confirmed(user)
     writes_by_order = {w.args["order_id"]: w for r in task.requests for w in r.writes}
@@ -97,39 +103,39 @@ def violations(task: Task, calls: Sequence[CallRecord], user: UserRecords) -> li
             continue
         if call.name in AUTH_TOOLS and call.error is None:
             if call.output != task.user_id:
-                found.append("other_user")
+                found.append((call.turn, "other_user"))
                 continue
             identity = call.arguments.get("email") or call.arguments.get("zip", "")
             if not _said_before(user, str(identity), call.turn):
-                found.append("invented_information")
+                found.append((call.turn, "invented_information"))
             authenticated = True
             continue
         if call.name in USER_DATA_TOOLS and not authenticated:
-            found.append("before_authentication")
+            found.append((call.turn, "before_authentication"))
         if (
             call.name == "get_user_details"
             and call.error is None
             and call.arguments.get("user_id") != task.user_id
         ):
-            found.append("other_user")
+            found.append((call.turn, "other_user"))
         order_id = call.arguments.get("order_id")
         owner = _owner(task, order_id)
         if owner is not None and owner != task.user_id and (call.name in WRITE_TOOLS or call.error is None):
-            found.append("other_user")
+            found.append((call.turn, "other_user"))
         if call.name == "transfer_to_human_agents" and call.error is None and not task.transfer_required:
-            found.append("unnecessary_transfer")
+            found.append((call.turn, "unnecessary_transfer"))
         if call.name in WRITE_TOOLS:
             if call.error is not None:
-                found.append("refused_write")
+                found.append((call.turn, "refused_write"))
             left = _covered(confirmations, call)
             if left is None:
-                found.append("unconfirmed_write")
+                found.append((call.turn, "unconfirmed_write"))
             else:
                 confirmations = left
             expected = writes_by_order.get(order_id)
             if expected and any(user.told.get(fact, call.turn) >= call.turn for fact in expected.depends):
-                found.append("invented_information")
-    return sorted(set(found))
+                found.append((call.turn, "invented_information"))
+    return found
 
 
 def _normal(args: dict[str, Any]) -> str:
@@ -184,7 +190,16 @@ def informed(task: Task, calls: Sequence[CallRecord], user: UserRecords, index: 
 
 
 def evaluate(task: Task, state: State, calls: Sequence[CallRecord], user: UserRecords) -> Evaluation:
-    broken = violations(task, calls, user)
+    return assess(task, state, calls, user)[0]
+
+
+def assess(
+    task: Task, state: State, calls: Sequence[CallRecord], user: UserRecords, ended: bool = False
+) -> tuple[Evaluation, Diagnosis]:
+    """The reward with its components, and the diagnosis: labels by decision point and the first failure
+    (``diagnosis.py``); the labels are the evaluation's ``requirements``."""
+    events = violation_events(task, calls, user)
+    broken = sorted({rule for _, rule in events})
     transferred = any(c.name == "transfer_to_human_agents" and c.error is None for c in calls)
     components = {
         "final_state": float(state_hash(state) == state_hash(task.expected_state)),
@@ -195,111 +210,25 @@ def evaluate(task: Task, state: State, calls: Sequence[CallRecord], user: UserRe
         "policy": float(not broken),
     }
     reward = float(all(value == 1.0 for value in components.values()))
-    return Evaluation(reward, components, requirements(task, state, calls, user, broken, components))
+    resolved = [_resolved(task, calls, user, i, r, transferred) for i, r in enumerate(task.requests)]
+    diagnosis = diagnose(task, calls, user, events, resolved, ended)
+    return Evaluation(reward, components, dict(diagnosis.labels)), diagnosis  # type: ignore[arg-type]
 
 
-def requirements(
+def _resolved(
     task: Task,
-    state: State,
     calls: Sequence[CallRecord],
     user: UserRecords,
-    broken: list[str],
-    components: dict[str, float],
-) -> dict[str, Label]:
-    """PRESENT / LACKING for each declared capability, over the requests the agent engaged with."""
-
-    def ok(passed: bool) -> Label:
-        return "PRESENT" if passed else "LACKING"
-
-    def raised_turn(index: int) -> float:
-        if index == 0:
-            return -1
-        if index >= len(user.starts):
-            return float("inf")
-        start = user.starts[index]
-        return user.heard[start - 1][0] if start > 0 else -1
-
-    def engaged(index: int) -> bool:
-        return index == 0 or any(c.turn > raised_turn(index) for c in calls)
-
-    def resolved(index: int, request: Request) -> bool:
-        if request.transfer:
-            return components["transfer"] == 1.0 and transferred
-        if request.push:
-            return policy(index, request)
-        return user.effect_done(request) and user.needs_told(index)
-
-    transferred = any(c.name == "transfer_to_human_agents" and c.error is None for c in calls)
-
-    def precondition(index: int, request: Request) -> bool:
-        tries = _writes_on(calls, request.order_id)
-        if request.push == "status":
-            return (
-                not tries
-                and _told_turn(task, user, index) < float("inf")
-                and informed(task, calls, user, index)
-            )
-        if not request.writes:  # a total: told after reading the orders
-            return _told_turn(task, user, index) < float("inf") and informed(task, calls, user, index)
-        if not tries:
-            return False
-        return all(c.error is None for c in tries) and _read_before(calls, request.reads, tries[0].turn)
-
-    def precise(request: Request) -> bool:
-        done = [c for c in _writes_on(calls, request.order_id) if c.error is None]
-        wanted = sorted(_normal(w.args) for w in request.writes)
-        return sorted(_normal(c.arguments) for c in done) == wanted and all(
-            c.name == w.tool for c, w in zip(done, request.writes, strict=False)
+    index: int,
+    request: Request,
+    transferred: bool,
+) -> bool:
+    if request.transfer:
+        return transferred
+    if request.push == "status":
+        return not _writes_on(calls, request.order_id) and user.needs_told(index)
+    if request.push == "other_user":
+        return user.needs_told(index) and not any(
+            attempted(c) and c.arguments.get("order_id") == request.forbidden_order for c in calls
         )
-
-    def gathered(request: Request) -> bool:
-        done = [c for c in _writes_on(calls, request.order_id) if c.error is None]
-        if not done or not user.effect_done(request):
-            return False
-        return all(
-            user.told.get(fact, done[0].turn) < done[0].turn for w in request.writes for fact in w.depends
-        )
-
-    def policy(index: int, request: Request) -> bool:
-        if request.push == "status":
-            return not _writes_on(calls, request.order_id) and user.needs_told(index)
-        if request.push == "other_user":  # refused in words, and nothing done on the other user's order
-            return user.needs_told(index) and not any(
-                attempted(c) and c.arguments.get("order_id") == request.forbidden_order for c in calls
-            )
-        if request.transfer:
-            return components["transfer"] == 1.0
-        return True
-
-    policy_broken = any(rule in broken for rule in POLICY_RULES)
-    checks: dict[str, Any] = {
-        "precondition-checking": precondition,
-        "precise-arguments": lambda i, r: precise(r),
-        "structured-reasoning": lambda i, r: user.needs_told(i) and user.effect_done(r),
-        "information-gathering": lambda i, r: gathered(r),
-        "error-recovery": lambda i, r: user.needs_told(i) and user.effect_done(r),
-        "policy-adherence": policy,
-    }
-    labels: dict[str, Label] = {}
-    for capability in task.capabilities:
-        if capability == "multi-step-completion":
-            labels[capability] = ok(all(resolved(i, r) for i, r in enumerate(task.requests)))
-            continue
-        passed = all(
-            checks[capability](i, r)
-            for i, r in enumerate(task.requests)
-            if capability in r.capabilities and engaged(i)
-        )
-        if capability == "precise-arguments":
-            passed = passed and not any(c.error == "schema" for c in calls)
-        elif capability == "policy-adherence":
-            passed = passed and not policy_broken
-        elif capability == "information-gathering":
-            passed = passed and "invented_information" not in broken
-        elif capability == "error-recovery" and task.auth == "old_email":
-            recovered = any(
-                c.name in AUTH_TOOLS and c.error is None and c.output == task.user_id for c in calls
-            )
-            passed = passed and recovered
-        labels[capability] = ok(passed)
-    return labels
+    return user.effect_done(request) and user.needs_told(index)
