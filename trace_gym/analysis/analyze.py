@@ -213,7 +213,15 @@ def analyze(args: AnalyzeArgs, progress: Callable[[str, int, int], None] | None 
                 "requirements": requirement.labels if requirement else None,
                 "first_failures": [r.get("first_failure") for r in records],
                 "outcomes": [r.get("outcome") for r in records],
-                "llm": [{"labels": t.labels, "turns": t.turns, "reasons": t.reasons} for t in llm_runs]
+                "llm": [
+                    {
+                        "labels": t.labels,
+                        "turns": t.turns,
+                        "reasons": t.reasons,
+                        "first_failures": t.first_failures,
+                    }
+                    for t in llm_runs
+                ]
                 or None,
             }
         )

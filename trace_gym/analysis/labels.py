@@ -33,6 +33,7 @@ class LabelTable:
     labels: dict[str, list[str]]
     turns: dict[str, list[int | None]] = field(default_factory=dict)
     reasons: dict[str, list[str]] = field(default_factory=dict)
+    first_failures: list[dict[str, Any] | None] = field(default_factory=list)  # per record, where known
 
     @property
     def capabilities(self) -> list[str]:
@@ -90,7 +91,7 @@ def requirement_labels(
             else:
                 turns[name].append(first_failing_turn(record["messages"]))
                 reasons[name].append("")
-    return LabelTable(table, turns, reasons)
+    return LabelTable(table, turns, reasons, [r.get("first_failure") for r in records])
 
 
 def agent_message_index(messages: Sequence[dict[str, Any]], turn: int) -> int | None:

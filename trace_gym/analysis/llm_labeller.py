@@ -105,7 +105,17 @@ def label_schema(capabilities: Sequence[str]) -> dict[str, Any]:
                         "reason": {"type": "string"},
                     },
                 },
-            }
+            },
+            # issue 28: the earliest step where the agent deviated (null: it never did; optional for old answers)
+            "first_failure": {
+                "type": ["object", "null"],
+                "required": ["capability", "turn"],
+                "properties": {
+                    "capability": {"enum": list(capabilities)},
+                    "turn": {"type": "integer"},
+                    "evidence": {"type": "string"},
+                },
+            },
         },
     }
 
@@ -288,6 +298,17 @@ class LLMLabeller:
                     turn = entry.get("turn")
                     if turn is not None and not 0 <= turn < n_messages:
                         problems.append(f"turn {turn} of {entry['capability']} is not a message index")
+                first = value.get("first_failure")
+                if first:
+                    if not 0 <= first["turn"] < n_messages:
+                        problems.append(f"first_failure turn {first['turn']} is not a message index")
+                    label = next(
+                        (e["label"] for e in value["labels"] if e["capability"] == first["capability"]), None
+                    )
+                    if label != LACKING:
+                        problems.append(
+                            f"first_failure names {first['capability']}, which is labelled {label}, not LACKING"
+                        )
                 return problems
 
             try:
@@ -330,15 +351,21 @@ class LLMLabeller:
             labels: dict[str, list[Any]] = {n: [] for n in names}
             turns: dict[str, list[Any]] = {n: [] for n in names}
             reasons: dict[str, list[str]] = {n: [] for n in names}
+            firsts: list[dict[str, Any] | None] = []
             for i in range(len(records)):
                 value = answers.get((run, i))
                 by_name = {e["capability"]: e for e in value["labels"]} if value else {}
+                first = (value or {}).get("first_failure") or None
+                firsts.append(first)
                 for n in names:
                     entry = by_name.get(n)
                     labels[n].append(entry["label"] if entry else None)
-                    turns[n].append(entry.get("turn") if entry and entry["label"] == LACKING else None)
+                    turn = entry.get("turn") if entry and entry["label"] == LACKING else None
+                    if first and first["capability"] == n:
+                        turn = first["turn"]  # the first failure places the highlighted message
+                    turns[n].append(turn)
                     reasons[n].append(entry.get("reason", "") if entry else "")
-            tables.append(LabelTable(labels, turns, reasons))
+            tables.append(LabelTable(labels, turns, reasons, firsts))
         return LLMLabelling(list(capabilities), tables, failures, retried, len(jobs))
 
     def _view(self, record: dict[str, Any]) -> dict[str, Any]:
