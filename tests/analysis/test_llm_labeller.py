@@ -87,7 +87,15 @@ class Analyst:
             {"capability": n, "label": requirements.get(n, "NA"), "turn": None, "reason": "scripted"}
             for n in names
         ]
-        return "Here is my labelling:\n```json\n" + json.dumps({"labels": labels}) + "\n```"
+        first = None
+        if seed == 10 and not retry:  # a first failure on a capability it labels NA/PRESENT: asked again
+            first = {"capability": names[0], "turn": 1, "evidence": "scripted"}
+            labels[0]["label"] = "NA"
+        return (
+            "Here is my labelling:\n```json\n"
+            + json.dumps({"labels": labels, "first_failure": first})
+            + "\n```"
+        )
 
 
 def test_both_labellers_agree_and_every_failure_is_reported(rollouts, tmp_path: Path) -> None:
@@ -116,8 +124,9 @@ def test_both_labellers_agree_and_every_failure_is_reported(rollouts, tmp_path: 
     selection = load_selection(tmp_path / "selected_capabilities.json")
     llm = selection["llm"]
     assert llm["runs"] == 3 and llm["calls"] == 3 * 12 and llm["failures"] == 3  # seed 8 in each run
-    assert llm["retried_calls"] == 6  # seeds 7 (truncated) and 9 (schema) in each run, repaired
-    assert analyst.label_calls == 36 + 6 + 3  # + one retry for 7, 9 and 8 per run
+    # seeds 7 (truncated), 9 (schema) and 10 (a first failure not labelled LACKING) in each run, repaired
+    assert llm["retried_calls"] == 9
+    assert analyst.label_calls == 36 + 9 + 3  # + one retry for 7, 9, 10 and 8 per run
     failures = [json.loads(line) for line in (tmp_path / "llm_failures.jsonl").read_text().splitlines()]
     assert sorted(f["seed"] for f in failures) == [8, 8, 8]
     assert all(len(f["attempts"]) == 2 and "no valid JSON" in f["error"] for f in failures)
@@ -130,6 +139,8 @@ def test_both_labellers_agree_and_every_failure_is_reported(rollouts, tmp_path: 
     labels = json.loads((tmp_path / "labels.json").read_text())
     i8 = [r["seed"] for r in labels["records"]].index(8)
     assert all(run["labels"][name][i8] is None for run in labels["llm"] for name in run["labels"])
+    # the LLM's first failures are kept per run and record (none here: the repaired answers name none)
+    assert all(len(run["first_failures"]) == 12 and not any(run["first_failures"]) for run in labels["llm"])
 
 
 def test_discovery_rejects_domain_names_then_labels_n_runs(rollouts, tmp_path: Path) -> None:
