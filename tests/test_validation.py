@@ -86,6 +86,9 @@ def test_suite_catches_broken_envs(cls, failing):
 # Holes the adversarial section (at 50 seeds) finds in envs of other parts; strict xfail, so a fix shows as
 # XPASS and the entry goes. The catalog capability envs are to be replaced by target-derived envs (issue 26).
 KNOWN_HOLES = {
+    # not a hole: at level 1 the env starts at the decision, and where the rest of the task is one read call
+    # in the last turn the probe's "opening read call" is the capability itself (docs/derived.md)
+    "trace/bfcl-multi-turn-information-retrieval-v0": "status talker replays the one read that is the task",
     "trace/error-recovery-v0": "position shortcut: the target order is listed first (success 1.0, chance 0.4)",
     "trace/information-gathering-v0": "negated confirmation: the user says yes to 'I will not ...'",
     "trace/policy-adherence-v0": "hedged answers pass; negated confirmation gets a yes",

@@ -1,0 +1,116 @@
+"""The source tasks of a capability env: train-split target tasks that exercise the capability.
+
+The target's train seeds ``0 .. window - 1`` are scanned once per process (cached): each distinct task (by
+the target's ``render_instance()``) that exercises the capability gives one source per decision point of the
+capability. Sources are split again, by content, into the capability env's own train and test splits (a
+salted hash of the target's ``group_key()`` where it has one, else its ``task_key()``), so that both of the
+capability env's splits come from the target's *train* split and the target's test tasks are never seen.
+
+Why a scanned pool and not a redraw from ``np_random`` per reset: a target with a finite task set (BFCL: 640
+train tasks, 128 of them ``miss_func``) would repeat tasks within a few dozen random seeds; the pool's fixed
+shuffled order gives consecutive seeds distinct sources, as BFCL's own seeds do.
+
+A decision point where the target's verdict passes an agent that only talks from there on is no source
+(:func:`passes_without_acting`): nothing the agent does there can fail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from trace_gym.core.splits import split_of_key
+
+SOURCE_SPLIT = "train"  # the only target split a capability env reads
+SUBSPLIT_SALT = "trace-derived-capability-v0"
+DEFAULT_WINDOW = 1000
+
+
+class NoSourceTaskError(RuntimeError):
+    """No train task of the target exercises the capability within the scanned window."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One capability-env instance's origin: a target train seed and the decision point to start before."""
+
+    target_seed: int  # split-relative: reset(seed=target_seed, options={"split": "train"})
+    decision_point: int  # index into the target's oracle_actions()
+    task_key: str
+    task_id: str
+
+
+def subsplit(key: str) -> str:
+    """The capability env's split of a target train task (by content; 20% test)."""
+    return split_of_key(f"{SUBSPLIT_SALT}\x00{key}")
+
+
+IDLE_REPLY = "I cannot help with that."
+MAX_IDLE_STEPS = 200
+
+
+def passes_without_acting(target: Any, seed: int, point: int) -> bool:
+    """Whether the target's verdict passes an agent that, from the decision point on, only replies in words
+    (no call). Such a start tells nothing: BFCL does not check a turn with empty ground truth, so a
+    ``miss_param`` task whose empty turn is its last scores 1.0 whatever the agent does there."""
+    target.reset(seed=seed, options={"split": SOURCE_SPLIT})
+    for action in target.oracle_actions()[:point]:
+        target.step(action)
+    for _ in range(MAX_IDLE_STEPS):
+        _, reward, terminated, truncated, _ = target.step(IDLE_REPLY)
+        if terminated or truncated:
+            return reward == 1.0
+    return False
+
+
+def scan(target: Any, capability: str, window: int) -> dict[str, tuple[Source, ...]]:
+    """Scan the target's train seeds ``0..window-1``; returns the sources of each capability-env split."""
+    found: dict[str, list[Source]] = {"train": [], "test": []}
+    seen: set[str] = set()
+    for seed in range(window):
+        _, info = target.reset(seed=seed, options={"split": SOURCE_SPLIT})
+        key = target.task_key()
+        instance = hashlib.sha256(target.render_instance().encode()).hexdigest()
+        if instance in seen:  # a target with a finite task set repeats it (BFCL: every 640 seeds)
+            continue
+        seen.add(instance)
+        if capability not in target.task_capabilities():
+            continue
+        group = target.group_key() if hasattr(target, "group_key") else key
+        task_id = str(info.get("task_id", key))
+        for point in target.decision_points().get(capability, []):
+            if passes_without_acting(target, seed, int(point)):
+                continue
+            found[subsplit(group)].append(Source(seed, int(point), key, task_id))
+    out = {}
+    for split, sources in found.items():  # a fixed shuffled order: consecutive seeds are distinct sources
+        order = np.random.default_rng(sum(map(ord, f"{SUBSPLIT_SALT}/{capability}/{split}"))).permutation(
+            len(sources)
+        )
+        out[split] = tuple(sources[i] for i in order)
+    return out
+
+
+@cache
+def _cached(target_id: str, kwargs: tuple[tuple[str, Any], ...], capability: str, window: int):
+    import gymnasium as gym
+
+    target = gym.make(target_id, disable_env_checker=True, **dict(kwargs)).unwrapped
+    return scan(target, capability, window)
+
+
+def sources(
+    target_id: str, target_kwargs: dict[str, Any], capability: str, window: int = DEFAULT_WINDOW
+) -> dict[str, tuple[Source, ...]]:
+    pool = _cached(target_id, tuple(sorted(target_kwargs.items())), capability, window)
+    for split, items in pool.items():
+        if not items:
+            raise NoSourceTaskError(
+                f"no {split} source for {capability!r}: no train task of {target_id} within seeds "
+                f"0..{window - 1} exercises it"
+            )
+    return pool

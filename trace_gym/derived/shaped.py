@@ -1,0 +1,78 @@
+"""The declared shaped reward: ordered milestones from the target's own verifier, zero on any violation.
+
+``info["reward_components"][SHAPED_KEY]`` on the last step, in [0, 1]: the share of the milestones after the
+agent's start reached *in order* (counting stops at the first one missed), and 0 when the episode broke a
+rule (a wrong write, a policy violation). The binary success stays the reward.
+
+* BFCL (per user turn, the target's ``turn_i`` components): the milestones are the user turns from the one
+  the agent starts in to the last; a checked turn is reached when BFCL's verdict of it passes, an unchecked
+  (missing function / parameter) turn when the agent made no call in it (``turn_i_abstained``). A violation
+  is a checked turn whose state check failed (a wrong or missing write), or an unchecked turn where the
+  agent called something.
+* Any other target (the generic rule): the milestones are the capabilities of the task in
+  ``task_capabilities()`` order, each reached when ``info["requirements"]`` labels it PRESENT, then the
+  binary success; a violation is a ``policy`` component (retail) below 1.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+SHAPED_KEY = "milestones"
+VIOLATION_COMPONENTS = ("policy",)
+_TURN = re.compile(r"^turn_(\d+)(_abstained)?$")
+
+
+def ordered_share(reached: list[bool]) -> float:
+    """The share of milestones reached before the first one missed."""
+    if not reached:
+        return 0.0
+    run = 0
+    for ok in reached:
+        if not ok:
+            break
+        run += 1
+    return run / len(reached)
+
+
+def per_turn_milestones(
+    components: dict[str, float], first_turn: int, n_turns: int
+) -> tuple[list[bool], bool]:
+    """(milestones of turns ``first_turn..n_turns-1``, violated) from BFCL-style per-turn components."""
+    reached: list[bool] = []
+    violated = False
+    for turn in range(first_turn, n_turns):
+        if f"turn_{turn}" in components:
+            reached.append(components[f"turn_{turn}"] == 1.0)
+            violated = violated or components.get(f"turn_{turn}_state", 1.0) < 1.0
+        elif f"turn_{turn}_abstained" in components:
+            ok = components[f"turn_{turn}_abstained"] == 1.0
+            reached.append(ok)
+            violated = violated or not ok
+        else:  # never reached (truncated before it)
+            reached.append(False)
+    return reached, violated
+
+
+def has_turn_components(components: dict[str, Any]) -> bool:
+    return any(_TURN.match(name) for name in components)
+
+
+def shaped_reward(
+    reward: float,
+    components: dict[str, float],
+    requirements: dict[str, str],
+    capabilities: tuple[str, ...],
+    first_turn: int | None,
+    n_turns: int | None,
+) -> float:
+    """The milestone reward of a finished episode (see the module docstring)."""
+    if any(components.get(name, 1.0) < 1.0 for name in VIOLATION_COMPONENTS):
+        return 0.0
+    if first_turn is not None and n_turns is not None and has_turn_components(components):
+        reached, violated = per_turn_milestones(components, first_turn, n_turns)
+    else:
+        reached = [requirements.get(c) == "PRESENT" for c in capabilities] + [reward == 1.0]
+        violated = False
+    return 0.0 if violated else ordered_share(reached)
