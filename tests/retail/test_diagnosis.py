@@ -92,6 +92,15 @@ def test_the_invalid_action_limit_is_an_outcome(env) -> None:
     assert ended and info["outcome"] == "invalid_action_limit" and info["first_failure"] is None
 
 
+def test_unreadable_output_is_an_outcome(env) -> None:
+    env.reset(seed=3, options={"split": "train"})
+    broken = (
+        '{"content": "", "tool_calls": [{"function": {"name": "get_order_details", "arguments": "{oops"}}'
+    )
+    reward, info, ended = play(env, [broken] * 10)
+    assert ended and info["outcome"] == "malformed_output" and info["first_failure"] is None
+
+
 def test_the_first_failure_names_the_turn_of_the_wrong_write(env) -> None:
     find_seed(env, lambda t: len(t.requests) == 1 and t.requests[0].kind == "cancel" and t.auth == "email")
     actions = env.oracle_actions()

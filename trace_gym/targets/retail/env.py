@@ -131,6 +131,7 @@ class RetailEnv(ChatToolEnv):
         )
         self.task: Task | None = None
         self.diagnosis: Diagnosis | None = None
+        self.parse_turns = 0
         super().__init__(render_mode, difficulty, max_turns, max_invalid_turns, max_tool_calls_per_turn)
 
     def _make_tools(self) -> list[Tool]:
@@ -139,7 +140,7 @@ class RetailEnv(ChatToolEnv):
     def _new_episode(self, rng: np.random.Generator, difficulty: int) -> Episode:
         task = generate_task(rng, difficulty)
         self.task = task
-        self.diagnosis = None
+        self.diagnosis, self.parse_turns = None, 0
         user: UserRecords
         if self.user_client is not None:
             assert self.user_model is not None
@@ -175,6 +176,7 @@ class RetailEnv(ChatToolEnv):
 
     def step(self, action: Any):
         obs, reward, terminated, truncated, info = super().step(action)
+        self.parse_turns += int(info.get("invalid_action") == "parse")
         if terminated or truncated:
             info["first_failure"] = self.first_failure()
             info["outcome"] = self.outcome(reward, truncated)
@@ -189,13 +191,15 @@ class RetailEnv(ChatToolEnv):
         return dict(self.diagnosis.first_failure) if self.diagnosis.first_failure else None
 
     def outcome(self, reward: float, truncated: bool | None = None) -> str:
-        """How the episode ended: ``success``; ``invalid_action_limit``; ``out_of_turns`` (the turn limit, or
+        """How the episode ended: ``success``; ``malformed_output`` (the invalid-action limit, most of the invalid
+        turns unreadable) or ``invalid_action_limit``; ``out_of_turns`` (the turn limit, or
         an episode cut from outside: ``truncated=None`` and not over); ``stopped`` (the agent's last turn said
         and did nothing); ``failed`` (it ended otherwise: the first failure, where there is one, says why)."""
         if reward >= 1.0:
             return "success"
         if self.invalid_turns >= self.max_invalid_turns:
-            return "invalid_action_limit"
+            # mostly unreadable turns: malformed output, else wrong calls (unknown tools, schema)
+            return "malformed_output" if 2 * self.parse_turns > self.invalid_turns else "invalid_action_limit"
         if truncated or (truncated is None and not self.over):
             return "out_of_turns"
         last = self.messages[-2] if len(self.messages) >= 2 else {}
