@@ -66,7 +66,9 @@ class RetailEnv(ChatToolEnv):
         for every required fact was right (one figure), no message sprayed amounts, writes and answers came
         after the reads they need, a transfer happened iff needed, and no policy rule was broken, an
         attempted write the tools refused included (``info["reward_components"]``, see ``verifier.py``).
-        ``info["requirements"]`` labels each capability the task requires PRESENT or LACKING.
+        ``info["requirements"]`` labels each capability the task requires PRESENT, LACKING or NA (its decision
+        point not reached), ``info["first_failure"]`` names the earliest decision point where the agent
+        deviated and ``info["outcome"]`` how the episode ended (``diagnosis.py``).
     Termination
         ``terminated`` when the user ends the conversation (goal met or patience exhausted, ``###STOP###``)
         or on a transfer; ``truncated`` after ``max_turns`` (default 50) agent turns or ``max_invalid_turns``

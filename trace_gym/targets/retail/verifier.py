@@ -19,11 +19,9 @@ unavailable variant, a short gift card) is ``refused_write``, and every attempte
 to a proposal that named it (``unconfirmed_write``). Malformed calls (parse, unknown tool, schema) are
 invalid actions, not attempts.
 
-Labels (``info["requirements"]``) are computed per request and only over requests the agent engaged with (the
-first one always; a later one once the agent made any tool call after it was raised), so an agent that stops
-early is LACKING multi-step-completion, not everything the later requests would have needed. Each kind of
-failure maps to one capability: confirmation, refused writes, other users, transfers and refusals to
-policy-adherence; invented values to information-gathering; missing reads to precondition-checking.
+Labels (``info["requirements"]``) name a cause, not an outcome: ``diagnosis.py`` judges a capability only at
+the decision points the trajectory reached and labels the first failure (the earliest point where the agent
+deviated) LACKING; :func:`assess` returns both the evaluation and that diagnosis.
 """
 
 from __future__ import annotations
