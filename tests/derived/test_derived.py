@@ -234,3 +234,12 @@ def test_limits_are_the_targets_and_settable():
     env.max_invalid_turns = 3
     assert env.target.max_turns == env.turn + 1 and env.target.max_invalid_turns == 3
     assert env.step("I am not sure.")[3] or env.target.over
+
+
+def test_the_docs_example_runs(capsys):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "derived.md").read_text()
+    exec(re.search(r"```python\n(.*?)```", text, re.S).group(1), {})
+    assert "1.0 1.0" in capsys.readouterr().out
