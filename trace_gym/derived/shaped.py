@@ -8,7 +8,8 @@ rule (a wrong write, a policy violation). The binary success stays the reward.
   the agent starts in to the last; a checked turn is reached when BFCL's verdict of it passes, an unchecked
   (missing function / parameter) turn when the agent made no call in it (``turn_i_abstained``). A violation
   is a checked turn whose state check failed (a wrong or missing write), or an unchecked turn where the
-  agent called something.
+  agent called something. Abstaining alone earns nothing: the reward is 0 unless a checked turn passed
+  (else an agent that never calls anything would be paid for every unchecked turn it reaches).
 * Any other target (the generic rule): the milestones are the capabilities of the task in
   ``task_capabilities()`` order, each reached when ``info["requirements"]`` labels it PRESENT, then the
   binary success; a violation is a ``policy`` component (retail) below 1.
@@ -72,6 +73,8 @@ def shaped_reward(
         return 0.0
     if first_turn is not None and n_turns is not None and has_turn_components(components):
         reached, violated = per_turn_milestones(components, first_turn, n_turns)
+        if not any(components.get(f"turn_{turn}") == 1.0 for turn in range(first_turn, n_turns)):
+            return 0.0  # abstaining alone earns nothing: a never-acting agent reaches every unchecked turn
     else:
         reached = [requirements.get(c) == "PRESENT" for c in capabilities] + [reward == 1.0]
         violated = False
