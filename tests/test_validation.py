@@ -163,10 +163,10 @@ def test_statement_probe_catches_a_user_that_answers_keywords(monkeypatch):
 def test_refused_write_probe_catches_a_verifier_that_checks_only_successful_writes(monkeypatch):
     from trace_gym.targets.retail import verifier
 
-    original = verifier.violations
+    original = verifier.violation_events  # what the reward (verifier.assess) and violations() read
     monkeypatch.setattr(
         verifier,
-        "violations",
+        "violation_events",
         lambda task, calls, user: original(task, [c for c in calls if c.error is None], user),
     )
     assert not _adversarial()["adversarial/refused_write"].passed
