@@ -95,6 +95,11 @@ class AnalysisConfig:
         "ones anyway (the report marks them as forced)",
         minimum=0,
     )
+    force_order: list[str] = knob(
+        [],
+        "smoke tests only: the capabilities force_top_k takes first, in this order, whatever their coverage (a "
+        "random model reaches no decision point, so every capability is NA and none has coverage)",
+    )
 
 
 @dataclass
