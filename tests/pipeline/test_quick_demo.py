@@ -33,3 +33,23 @@ def test_quick_demo_runs_every_stage_then_skips_them(tmp_path):
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-4000:]
     assert again.stdout.count("inputs unchanged: skipped") == len(STAGES)
+
+
+@pytest.mark.slow
+def test_a_run_whose_only_env_trace_check_rejects_finishes_and_says_so(tmp_path):
+    """error-recovery's catalog env fails the position probe: synthesis rejects it, nothing is trained, the base is
+    still evaluated and the run ends normally (a crash at stage 4 would lose the evaluation)."""
+    out = tmp_path / "rejected"
+    cmd = [sys.executable, "-m", "trace_train.cli", "demo", "--quick", "--out", str(out)]
+    done = subprocess.run(
+        [*cmd, "--set", 'analysis.force_order=["error-recovery"]'],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    synthesis = json.loads((out / "04-synthesis" / "stage.json").read_text())["result"]
+    assert synthesis["envs"] == [] and [r["capability"] for r in synthesis["rejected"]] == ["error-recovery"]
+    assert "position_shortcut" in synthesis["rejected"][0]["reason"]
+    rows = json.loads((out / "08-evaluation" / "table.json").read_text())["rows"]
+    assert [r["method"] for r in rows] == ["base"]

@@ -16,6 +16,8 @@ from trace_train.pipeline.stages.common import set_threads, write_json
 def run(ctx: StageContext) -> dict[str, Any]:
     cfg, c = ctx.config, ctx.config.calibration
     envs = ctx.upstream["synthesis"]["envs"]
+    if not envs:
+        return {"envs": [], "measured": False, "summary": "no capability env to calibrate"}
     if not c.enabled:
         out = [{"capability": e["capability"], "env_id": e["env_id"], "difficulty": None} for e in envs]
         return {"envs": out, "measured": False, "summary": "calibration disabled: default difficulties"}

@@ -69,12 +69,13 @@ def run(ctx: StageContext) -> dict[str, Any]:
             f"{o.capability}: {o.env_id} ({o.generator}, validated on {cfg.synthesis.validate_seeds} seeds)"
         )
     write_json(ctx.dir / "envs.json", {"envs": envs, "rejected": rejected})
-    if rejected and not envs:
-        raise RuntimeError(f"every capability env was rejected: {rejected}")
+    if rejected and not envs:  # nothing to train: the later stages say so and the base is still evaluated
+        ctx.log(f"every capability env was rejected by trace check: {[r['env_id'] for r in rejected]}")
     return {
         "envs": envs,
         "rejected": rejected,
-        "summary": ", ".join(e["env_id"] for e in envs) + (f"; rejected {len(rejected)}" if rejected else ""),
+        "summary": (", ".join(e["env_id"] for e in envs) or "no env passed trace check")
+        + (f"; rejected {len(rejected)}" if rejected else ""),
     }
 
 
