@@ -9,30 +9,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.train.levels_args import levels_args
 from trace_train.grpo import trainer as trainer_mod
 from trace_train.grpo.curriculum import LevelCurriculum, env_levels
-from trace_train.grpo.trainer import GRPOArgs, GRPOTrainer
+from trace_train.grpo.trainer import GRPOTrainer
 
 
 def _args(model_dir, out, **kw):
-    base = dict(
-        env_id="traintest/levels-v0",
-        model=str(model_dir),
-        out=str(out),
-        steps=5,
-        groups_per_step=2,
-        group_size=4,
-        max_new_tokens=4,
-        max_turns=1,
-        lora_rank=2,
-        curriculum="adaptive",
-        curriculum_ema=0.5,
-        save_every=1000,
-        tensorboard=False,
-        progress=False,
-        num_threads=1,
-    )
-    return GRPOArgs(**{**base, **kw})
+    return levels_args(model_dir, out, **{"steps": 5, "curriculum": "adaptive", "curriculum_ema": 0.5, **kw})
 
 
 def test_level_choice_follows_scripted_success():

@@ -8,33 +8,20 @@ import math
 import pytest
 import torch
 
+from tests.train.levels_args import levels_args
 from trace_train.grpo import trainer as trainer_mod
-from trace_train.grpo.trainer import GRPOArgs, GRPOTrainer
+from trace_train.grpo.trainer import GRPOTrainer
 from trace_train.rollout import RolloutStats
 
 T = 0.7  # sampling temperature: the log-probs of the weights are at it
 
 
 def _args(model_dir, out, **kw):
-    base = dict(
-        env_id="traintest/levels-v0",
-        model=str(model_dir),
-        out=str(out),
-        steps=1,
-        groups_per_step=2,
-        group_size=4,
-        max_new_tokens=5,
-        max_turns=1,
-        temperature=T,
-        lora_rank=2,
-        rescue_fraction=0.5,
-        micro_batch_size=16,
-        save_every=1000,
-        tensorboard=False,
-        progress=False,
-        num_threads=1,
+    return levels_args(
+        model_dir,
+        out,
+        **{"max_new_tokens": 5, "temperature": T, "rescue_fraction": 0.5, "micro_batch_size": 16, **kw},
     )
-    return GRPOArgs(**{**base, **kw})
 
 
 def _script(monkeypatch, first_round):

@@ -4,29 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from tests.train.levels_args import levels_args
 from trace_train.grpo import trainer as trainer_mod
 from trace_train.grpo.curriculum import RewardChoice
-from trace_train.grpo.trainer import GRPOArgs, GRPOTrainer
+from trace_train.grpo.trainer import GRPOTrainer
 from trace_train.rollout import RolloutStats
-
-
-def _args(model_dir, out, **kw):
-    base = dict(
-        env_id="traintest/levels-v0",
-        model=str(model_dir),
-        out=str(out),
-        steps=1,
-        groups_per_step=2,
-        group_size=4,
-        max_new_tokens=4,
-        max_turns=1,
-        lora_rank=2,
-        save_every=1000,
-        tensorboard=False,
-        progress=False,
-        num_threads=1,
-    )
-    return GRPOArgs(**{**base, **kw})
 
 
 def test_parse():
@@ -37,7 +19,7 @@ def test_parse():
         with pytest.raises(ValueError, match="--reward"):
             RewardChoice.parse(bad)
     with pytest.raises(ValueError, match="--reward"):
-        _args("m", "o", reward="milestones")
+        levels_args("m", "o", reward="milestones")
 
 
 @pytest.mark.parametrize("choice", ["shaped", "mix:0.5"])
@@ -50,7 +32,7 @@ def test_shaped_is_refused_before_any_rollout_when_the_env_declares_none(
     monkeypatch.setattr(trainer_mod, "collect", no_rollouts)
     with pytest.raises(ValueError, match="declares none"):
         GRPOTrainer(
-            _args(tiny_model_dir, tmp_path / "x", env_id="traintest/parity-v0", reward=choice)
+            levels_args(tiny_model_dir, tmp_path / "x", env_id="traintest/parity-v0", reward=choice)
         ).train()
 
 
@@ -87,7 +69,7 @@ def test_the_declared_shaped_reward_is_what_advantages_see(
 
     monkeypatch.setattr(trainer_mod, "collect", scripted)
     monkeypatch.setattr(trainer_mod, "group_advantages", spy)
-    trainer = GRPOTrainer(_args(tiny_model_dir, tmp_path / choice.replace(":", "_"), reward=choice))
+    trainer = GRPOTrainer(levels_args(tiny_model_dir, tmp_path / choice.replace(":", "_"), reward=choice))
     trajs, m = trainer.collect_groups(RolloutStats())
     trainer.optimise(trajs)
     want = [reward_of(r, s) for r, s in SCRIPT]

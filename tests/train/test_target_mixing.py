@@ -7,30 +7,19 @@ import json
 
 import pytest
 
+from tests.train.levels_args import levels_args
 from trace_train.grpo import trainer as trainer_mod
 from trace_train.grpo.rescue import MAIN, TARGET
-from trace_train.grpo.trainer import GRPOArgs, GRPOTrainer
+from trace_train.grpo.trainer import GRPOTrainer
 from trace_train.rollout import RolloutStats
 
 
 def _args(model_dir, out, **kw):
-    base = dict(
-        env_id="traintest/levels-v0",
-        target_env_id="traintest/parity-v0",
-        model=str(model_dir),
-        out=str(out),
-        steps=3,
-        groups_per_step=4,
-        group_size=2,
-        max_new_tokens=4,
-        max_turns=1,
-        lora_rank=2,
-        save_every=1000,
-        tensorboard=False,
-        progress=False,
-        num_threads=1,
+    return levels_args(
+        model_dir,
+        out,
+        **{"target_env_id": "traintest/parity-v0", "steps": 3, "groups_per_step": 4, "group_size": 2, **kw},
     )
-    return GRPOArgs(**{**base, **kw})
 
 
 def _record(monkeypatch, reward=None):

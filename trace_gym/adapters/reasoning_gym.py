@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from trace_gym.core.env import SPLITS, render_conversation, split_seed
+from trace_gym.core.env import SPLITS, render_conversation, reset_options, split_seed
 from trace_gym.core.spaces import AssistantTurnSpace, ChatObservationSpace
 from trace_gym.core.splits import TEST_SHARE, draw_in_split
 from trace_gym.registration import register_env
@@ -301,10 +301,7 @@ class ReasoningGymEnv(gym.Env[list, Any]):
 
     # ---- gymnasium API ------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        options = dict(options or {})
-        unknown = set(options) - {"hint", "split"}
-        if unknown:
-            raise ValueError(f"unknown reset options {sorted(unknown)}; known: hint, split")
+        options = reset_options(options, known=("hint", "split"))
         seed, self.split = _split_seed(seed, options.get("split"))
         super().reset(seed=seed)
 

@@ -53,6 +53,18 @@ Label = Literal["PRESENT", "LACKING"]
 SPLITS: dict[str, tuple[int, int]] = {"train": (0, 1_000_000), "test": (1_000_000, 100_000)}
 
 
+RESET_OPTIONS = ("hint", "split", "difficulty")
+
+
+def reset_options(options: dict[str, Any] | None, known: tuple[str, ...] = RESET_OPTIONS) -> dict[str, Any]:
+    """A copy of ``reset``'s options; a key outside ``known`` is a ``ValueError`` that lists the known ones."""
+    options = dict(options or {})
+    unknown = set(options) - set(known)
+    if unknown:
+        raise ValueError(f"unknown reset options {sorted(unknown)}; known: {', '.join(known)}")
+    return options
+
+
 def split_of_seed(seed: int | None) -> str:
     """The split whose seed range holds an absolute ``seed`` (``"train"`` for ``None`` and any other seed)."""
     test_start, test_size = SPLITS["test"]
@@ -174,10 +186,7 @@ class ChatToolEnv(gym.Env[list, Any]):
 
     # ---- gymnasium API --------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        options = dict(options or {})
-        unknown = set(options) - {"hint", "split", "difficulty"}
-        if unknown:
-            raise ValueError(f"unknown reset options {sorted(unknown)}; known: hint, split, difficulty")
+        options = reset_options(options)
         split = options.get("split")
         seed = split_seed(seed, split)
         super().reset(seed=seed)

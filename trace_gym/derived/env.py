@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 
-from trace_gym.core.env import SPLITS, split_of_seed, split_seed
+from trace_gym.core.env import SPLITS, reset_options, split_of_seed, split_seed
 from trace_gym.derived.levels import DEFAULT_LEVEL, LEVELS, prefix_length
 from trace_gym.derived.pool import DEFAULT_WINDOW, SOURCE_SPLIT, Source, sources
 from trace_gym.derived.shaped import SHAPED_KEY, shaped_reward
@@ -142,10 +142,7 @@ class DerivedCapabilityEnv(gym.Env[list, Any]):
 
     # ---- gymnasium API ----------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        options = dict(options or {})
-        unknown = set(options) - {"hint", "split", "difficulty"}
-        if unknown:
-            raise ValueError(f"unknown reset options {sorted(unknown)}; known: hint, split, difficulty")
+        options = reset_options(options)
         split = options.get("split")
         absolute = split_seed(seed, split)
         super().reset(seed=absolute)

@@ -77,7 +77,8 @@ class Diagnosis:
     points: list[Point]
 
 
-def _normal(args: dict[str, Any]) -> str:
+def normal_arguments(args: dict[str, Any]) -> str:
+    """Arguments compared up to the order of the (item, new item) pairs."""
     if "item_ids" in args:
         pairs = sorted(zip(args["item_ids"], args.get("new_item_ids", args["item_ids"]), strict=False))
         args = {**args, "item_ids": [p[0] for p in pairs]} | (
@@ -86,7 +87,8 @@ def _normal(args: dict[str, Any]) -> str:
     return repr(sorted(args.items()))
 
 
-def _attempted(call: CallRecord) -> bool:
+def attempted(call: CallRecord) -> bool:
+    """The call reached the world (well-formed and a known tool), whether or not it was refused."""
     return call.error not in ("parse", "unknown_tool", "schema")
 
 
@@ -123,7 +125,7 @@ def diagnose(
 
     # ---- authentication ---------------------------------------------------------------------------------------
     invented = {t for t, rule in events if rule == "invented_information"}
-    auth = [c for c in calls if c.name in AUTH_TOOLS and _attempted(c) and c.error is None]
+    auth = [c for c in calls if c.name in AUTH_TOOLS and attempted(c) and c.error is None]
     if auth:
         t = auth[0].turn
         points.append(
@@ -134,7 +136,7 @@ def diagnose(
                 f"{auth[0].name} with an identity the user never said",
             )
         )
-    failed_auth = [c for c in calls if c.name in AUTH_TOOLS and c.error is not None and _attempted(c)]
+    failed_auth = [c for c in calls if c.name in AUTH_TOOLS and c.error is not None and attempted(c)]
     if task.auth == "old_email" and failed_auth:
         after = [
             c
@@ -183,7 +185,7 @@ def diagnose(
         if not mine:
             continue  # raised, but the agent never acted on it: not reached
         writes = [c for c in calls if c.name in WRITE_TOOLS and inside(c.turn, index)]
-        tried = [c for c in writes if _attempted(c)]
+        tried = [c for c in writes if attempted(c)]
         stated_turn = _stated_turn(request, user, index)
         tool_turns = [c.turn for c in calls if inside(c.turn, index)]
         if index > 0:
@@ -327,7 +329,7 @@ def _request_points(task, request, index, calls, user, tried, writes, stated_tur
                 )
             )
             break
-    wanted = {(w.tool, _normal(w.args)) for w in request.writes}
+    wanted = {(w.tool, normal_arguments(w.args)) for w in request.writes}
     user_orders = set(task.initial_state["users"][task.user_id]["orders"])
     obstacle_facts = {f.name for f in request.facts if f.name in ("fallback", "other_payment", "order_hint")}
     for c in tried:
@@ -360,7 +362,7 @@ def _request_points(task, request, index, calls, user, tried, writes, stated_tur
                 )
             )
             break
-        good = (c.name, _normal(c.arguments)) in wanted
+        good = (c.name, normal_arguments(c.arguments)) in wanted
         points.append(
             Point(
                 "precise-arguments",

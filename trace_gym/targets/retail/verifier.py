@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trace_gym.core.env import CallRecord, Evaluation
-from trace_gym.targets.retail.diagnosis import Diagnosis, diagnose
+from trace_gym.targets.retail.diagnosis import Diagnosis, attempted, diagnose
 from trace_gym.targets.retail.facts import sprayed, told
 from trace_gym.targets.retail.tasks import Request, Task
 from trace_gym.targets.retail.tools import WRITE_TOOLS
@@ -52,11 +52,6 @@ RULES = {
     "unnecessary_transfer": "a transfer of a request the tools can handle",
 }
 POLICY_RULES = tuple(r for r in RULES if r != "invented_information")  # that one is information-gathering
-
-
-def attempted(call: CallRecord) -> bool:
-    """The call reached the world (well-formed and a known tool), whether or not it was refused."""
-    return call.error not in ("parse", "unknown_tool", "schema")
 
 
 def _owner(task: Task, order_id: Any) -> str | None:
@@ -134,16 +129,6 @@ def violation_events(task: Task, calls: Sequence[CallRecord], user: UserRecords)
             if expected and any(user.told.get(fact, call.turn) >= call.turn for fact in expected.depends):
                 found.append((call.turn, "invented_information"))
     return found
-
-
-def _normal(args: dict[str, Any]) -> str:
-    """Arguments compared up to the order of the (item, new item) pairs."""
-    if "item_ids" in args:
-        pairs = sorted(zip(args["item_ids"], args.get("new_item_ids", args["item_ids"]), strict=False))
-        args = {**args, "item_ids": [p[0] for p in pairs]} | (
-            {"new_item_ids": [p[1] for p in pairs]} if "new_item_ids" in args else {}
-        )
-    return repr(sorted(args.items()))
 
 
 def _read_before(calls: Sequence[CallRecord], reads: list[tuple[str, str]], turn: float) -> bool:
