@@ -488,3 +488,443 @@ FRESH_4: dict[str, tuple[Wording, ...]] = {
         lambda m: f"{m.group(1)} didn't match any order. Can you describe what you bought?",
     ),
 }
+
+
+# ---- rounds five and six (issue 27, third pass) ------------------------------------------------------------
+# Written together, before the reader's failures on earlier rounds were looked at, in several authors' styles:
+# terse, polite-verbose, slots named by synonyms, several slots in one question, confirmations that restate
+# the oracle's proposal in another order or format (bullet lists, markdown, the order id without "#", the
+# address over several lines). Round five was measured once and then used to fix the reader; round six was
+# not looked at until the fixes were done and was measured once at the end.
+_CANCEL = re.compile(r"cancel order (#W\d+) \(reason: (.*?)\); (\$[\d,.]+) will be refunded to the original")
+_ADDRESS = re.compile(r"change the shipping address of order (#W\d+) to (.*)\.$")
+_CHANGE = re.compile(
+    r"(modify|request an exchange in) order (#W\d+): items (.*)\. The price difference of (\$[\d,.]+) "
+    r"will be (charged to|refunded to) (\S+)\.$"
+)
+_RETURN = re.compile(
+    r"request a return of items (.*) of order (#W\d+); the refund of (\$[\d,.]+) goes to (\S+)\.$"
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The oracle's proposal taken apart, so a wording can restate it in its own order and format."""
+
+    kind: str  # cancel | address | modify | exchange | return
+    order: str
+    details: dict[str, str]
+
+    def swaps(self) -> str:
+        pairs = [p.split(" -> ") for p in self.details["items"].split("; ")]
+        return " and ".join(f"item {old} for item {new}" for old, new in pairs)
+
+    def address_parts(self) -> tuple[str, str, str, str, str]:
+        parts = self.details["address"].split(", ")
+        state, zip_code = parts[-2].split(" ")
+        return ", ".join(parts[:-3]), parts[-3], state, zip_code, parts[-1]
+
+
+def plan(m: re.Match[str]) -> Plan:
+    text = m.group(1)
+    if found := _CANCEL.search(text):
+        return Plan("cancel", found[1], {"reason": found[2], "amount": found[3]})
+    if found := _ADDRESS.search(text):
+        return Plan("address", found[1], {"address": found[2]})
+    if found := _CHANGE.search(text):
+        kind = "modify" if found[1] == "modify" else "exchange"
+        direction = "charged to" if found[5] == "charged to" else "refunded to"
+        return Plan(
+            kind,
+            found[2],
+            {"items": found[3], "amount": found[4], "direction": direction, "method": found[6]},
+        )
+    if found := _RETURN.search(text):
+        return Plan("return", found[2], {"items": found[1], "amount": found[3], "method": found[4]})
+    raise ValueError(f"unknown proposal: {text}")
+
+
+def _terse(m: re.Match[str]) -> str:
+    p, d = plan(m), plan(m).details
+    if p.kind == "cancel":
+        return f"Cancel {p.order}, reason {d['reason']}, refund {d['amount']} to original payment. Confirm?"
+    if p.kind == "address":
+        return f"Ship {p.order} to {d['address']}. Confirm?"
+    if p.kind in ("modify", "exchange"):
+        verb = "Modify" if p.kind == "modify" else "Exchange"
+        return f"{verb} {p.order}: {d['items']}; {d['amount']} {d['direction']} {d['method']}. Confirm?"
+    return f"Return {d['items']} from {p.order}, {d['amount']} refunded to {d['method']}. Confirm?"
+
+
+def _reordered(m: re.Match[str]) -> str:
+    p, d = plan(m), plan(m).details
+    if p.kind == "cancel":
+        return (
+            f"I'll refund {d['amount']} to your original payment method and cancel order {p.order}, "
+            f"reason: {d['reason']}. Is that OK?"
+        )
+    if p.kind == "address":
+        return f"The new address {d['address']} will replace the shipping address on order {p.order}. Is that OK?"
+    if p.kind in ("modify", "exchange"):
+        verb = "swap" if p.kind == "modify" else "exchange"
+        return (
+            f"The {d['amount']} price difference will be {d['direction']} {d['method']} when I {verb} "
+            f"{p.swaps()} in order {p.order}. Is that OK?"
+        )
+    return (
+        f"{d['amount']} goes back to {d['method']} once I process the return of items {d['items']} from "
+        f"order {p.order}. Is that OK?"
+    )
+
+
+def _bullets(m: re.Match[str], bold: bool = False) -> str:
+    p, d = plan(m), plan(m).details
+    b = "**" if bold else ""
+    rows = [f"{b}Order:{b} {p.order}"]
+    if p.kind == "cancel":
+        rows += [f"{b}Action:{b} cancel", f"{b}Reason:{b} {d['reason']}"]
+        rows.append(f"{b}Refund:{b} {d['amount']} to the original payment method")
+    elif p.kind == "address":
+        street, city, state, zip_code, country = p.address_parts()
+        rows += [f"{b}Action:{b} change the shipping address", f"{b}New address:{b} {street}, {city}"]
+        rows += [f"{b}State / ZIP:{b} {state} {zip_code}", f"{b}Country:{b} {country}"]
+    elif p.kind in ("modify", "exchange"):
+        action = "modify items" if p.kind == "modify" else "exchange items"
+        rows += [f"{b}Action:{b} {action}", f"{b}Items:{b} {d['items']}"]
+        rows.append(f"{b}Price difference:{b} {d['amount']}, {d['direction']} {d['method']}")
+    else:
+        rows += [f"{b}Action:{b} return", f"{b}Items:{b} {d['items']}"]
+        rows.append(f"{b}Refund:{b} {d['amount']} to {d['method']}")
+    return "Here are the details:\n" + "\n".join(f"- {row}" for row in rows)
+
+
+def _no_hash(m: re.Match[str]) -> str:
+    p = plan(m)
+    return m.group(1).replace(p.order, f"order number {p.order[1:]}").replace("order order", "order") + " OK?"
+
+
+def _multiline(m: re.Match[str]) -> str:
+    p, d = plan(m), plan(m).details
+    if p.kind == "address":
+        street, city, state, zip_code, country = p.address_parts()
+        return (
+            f"I'll update the delivery address of {p.order} to:\n{street}\n{city}, {state} {zip_code}\n{country}\n"
+            "Is this correct?"
+        )
+    if p.kind == "cancel":
+        return f"Order {p.order} will be cancelled ({d['reason']}) and {d['amount']} refunded. Correct?"
+    if p.kind in ("modify", "exchange"):
+        return (
+            f"For order {p.order} I'll {'change' if p.kind == 'modify' else 'exchange'} {p.swaps()}; "
+            f"{d['amount']} {d['direction']} {d['method']}. Is this correct?"
+        )
+    return f"Return of {d['items']} (order {p.order}): {d['amount']} back to {d['method']}. Is this correct?"
+
+
+def _short(m: re.Match[str]) -> str:
+    """The proposal in a few words, for "OK to ...?" wordings."""
+    p, d = plan(m), plan(m).details
+    if p.kind == "cancel":
+        return f"cancel {p.order} ({d['reason']}), refunding {d['amount']} to the original payment method"
+    if p.kind == "address":
+        return f"change the shipping address of {p.order} to {d['address']}"
+    if p.kind in ("modify", "exchange"):
+        verb = "modify" if p.kind == "modify" else "exchange"
+        return f"{verb} {p.order} ({d['items']}) with {d['amount']} {d['direction']} {d['method']}"
+    return f"return {d['items']} from {p.order} and refund {d['amount']} to {d['method']}"
+
+
+def _bare(m: re.Match[str]) -> str:
+    return m.group(1).rstrip(".")
+
+
+FRESH_5: dict[str, tuple[Wording, ...]] = {
+    "email": (
+        lambda m: "Email address?",
+        lambda m: (
+            "Hello! Thanks so much for reaching out. I'd be more than happy to look into this for you. To locate "
+            "your account, could you kindly provide the email address associated with it?"
+        ),
+        lambda m: "What's the contact email on the account?",
+        lambda m: "Could you give me your email address, or your full name and zip code if you'd rather?",
+        lambda m: "I need to authenticate you first: please send your account email.",
+        lambda m: "What e-mail did you use to register?",
+        lambda m: "Which email is your account under? That's how I'll find you.",
+        lambda m: (
+            "To look you up I'll need either the email on your account or your name plus ZIP code. Which can "
+            "you give me?"
+        ),
+    ),
+    "name_zip": (
+        lambda m: "Not found. Name and zip?",
+        lambda m: (
+            "I'm so sorry, but I wasn't able to locate any account associated with that email address. Would "
+            "you be so kind as to provide your full name together with the ZIP code of your address, so that I "
+            "can try to find you that way?"
+        ),
+        lambda m: "That email returned nothing. What's your first name, last name and postcode?",
+        lambda m: "No account matches. Let me try another way: your full name and zip code?",
+        lambda m: "The system has no record of that email. I'll need your name and the zip code on file.",
+        lambda m: "Hmm, nothing there. Could you tell me the name on the account and its zip code?",
+        lambda m: "That email isn't found. Can you give me your name and your ZIP, please?",
+        lambda m: (
+            "Unfortunately that e-mail isn't associated with any account. Could you share your first and last "
+            "names as well as your zip?"
+        ),
+    ),
+    "order_id": (
+        lambda m: "Order number?",
+        lambda m: "Which order?",
+        lambda m: (
+            "I'd be happy to take care of that cancellation for you. Could you please let me know the order "
+            "number (it should begin with #W) so I can look it up?"
+        ),
+        lambda m: "What's the order ID you'd like me to cancel?",
+        lambda m: "Could you confirm the order number for me?",
+        lambda m: "Which of your orders is it? If you have the number, that's easiest.",
+        lambda m: "Do you know the number of the order?",
+        lambda m: "To proceed I need the order's ID - could you provide it?",
+    ),
+    "reason": (
+        lambda m: "Reason?",
+        lambda m: "Why cancel?",
+        lambda m: (
+            "Thank you for that. Before I can proceed with the cancellation, our policy requires me to record "
+            "a reason. Could you tell me why you'd like to cancel it?"
+        ),
+        lambda m: "Is the order no longer needed, or was it placed by mistake?",
+        lambda m: f"What's your reason for wanting to cancel order {m.group(1)}?",
+        lambda m: "May I ask what the reason is?",
+        lambda m: "Could you let me know why you no longer want this order?",
+        lambda m: "What's the cancellation for - no longer needed or a mistake?",
+    ),
+    "address": (
+        lambda m: "New address?",
+        lambda m: "Where should it ship to?",
+        lambda m: (
+            "Thanks for letting me know about your move! I can certainly update the shipping address on that "
+            "order. Could you please provide the full new address, including street, city, state, ZIP code "
+            "and country?"
+        ),
+        lambda m: "What's the street, city, state and zip of the new address?",
+        lambda m: "Which address are you moving the delivery to?",
+        lambda m: "Could you tell me where you live now?",
+        lambda m: f"What's the new address I should put on order {m.group(1)}?",
+        lambda m: "Please let me have your new shipping details.",
+    ),
+    "payment": (
+        lambda m: "Payment method?",
+        lambda m: "Card, PayPal, or gift card?",
+        lambda m: (
+            "Certainly. Just one more detail before I go ahead: which of the payment methods on your account "
+            "would you like me to use for this?"
+        ),
+        lambda m: "Which payment method should I use - the original one, or a different one?",
+        lambda m: "How would you like to settle this?",
+        lambda m: "Which account should I bill or refund?",
+        lambda m: "What payment source should I use?",
+        lambda m: "Which form of payment do you want to use?",
+    ),
+    "confirmation": (
+        _terse,
+        lambda m: (
+            "Thank you for your patience. Before I make any changes, I'd like to make sure everything is "
+            f"right. Here is what I'm going to do: {m.group(1)} Could you please confirm that you'd like me "
+            "to go ahead?"
+        ),
+        _reordered,
+        lambda m: [_reordered(m).removesuffix(" Is that OK?"), "Do I have your permission to go ahead?"],
+        lambda m: f"Can you confirm you'd like me to {_bare(m)}?",
+        _no_hash,
+        lambda m: _bullets(m) + "\nShall I proceed?",
+        lambda m: f"If you say yes, I'll {m.group(1)} Go ahead?",
+    ),
+    "unavailable": (
+        lambda m: f"The {m.group(1)} - out of stock.",
+        lambda m: (
+            "I've checked the product catalogue carefully, and I'm really sorry to say that the "
+            f"{m.group(1)} is currently not available for purchase."
+        ),
+        lambda m: f"The {m.group(1)} is not available anymore.",
+        lambda m: f"No {m.group(1)} in stock right now, I'm afraid.",
+        lambda m: f"That variant (the {m.group(1)}) is unavailable at this time.",
+        lambda m: f"The {m.group(1)} you asked for is out of stock, unfortunately.",
+        lambda m: f"I can't offer the {m.group(1)}; it's not currently in stock.",
+        lambda m: f"The {m.group(1)} is currently out of stock and can't be selected.",
+    ),
+    "balance": (
+        lambda m: f"Gift card: {m.group(2)}. Difference: {m.group(1)}. Not enough.",
+        lambda m: (
+            f"I've looked into this carefully. The price difference for this change comes to {m.group(1)}, "
+            f"and unfortunately the balance remaining on your gift card is only {m.group(2)}, so I'm afraid "
+            "it won't be able to cover the full amount."
+        ),
+        lambda m: (
+            f"Your gift card has {m.group(2)} left but the difference is {m.group(1)}, so it can't cover it."
+        ),
+        lambda m: f"The gift card won't work: it has {m.group(2)} and you'd need {m.group(1)}.",
+        lambda m: f"Insufficient gift card balance: {m.group(2)} available, {m.group(1)} required.",
+        lambda m: f"The {m.group(1)} difference is more than what's on your gift card ({m.group(2)}).",
+        lambda m: (
+            f"Only {m.group(2)} remains on the gift card, which is less than the {m.group(1)} price difference."
+        ),
+        lambda m: (
+            f"I can't charge the {m.group(1)} difference to the gift card - its balance is just {m.group(2)}."
+        ),
+    ),
+    "not_found": (
+        lambda m: f"{m.group(1)}: not found. What was in it?",
+        lambda m: (
+            f"I'm very sorry, but I searched our system for order {m.group(1)} and couldn't find it. Could you "
+            "please tell me anything else you remember about the order, such as an item that was in it?"
+        ),
+        lambda m: f"No order {m.group(1)} exists. Which product did you buy in that order?",
+        lambda m: f"Order {m.group(1)} came back as not found. Do you recall anything that was in it?",
+        lambda m: (
+            f"That order number, {m.group(1)}, doesn't match any of our orders. Let me know what you ordered "
+            "and I'll find it."
+        ),
+        lambda m: f"I'm not seeing {m.group(1)} anywhere. What did the order include?",
+        lambda m: f"{m.group(1)} couldn't be found - maybe the number's off. What items were in the order?",
+        lambda m: f"The system says {m.group(1)} does not exist. Could you describe what's in the order?",
+    ),
+}
+
+
+FRESH_6: dict[str, tuple[Wording, ...]] = {
+    "email": (
+        lambda m: "Can I get your email?",
+        lambda m: (
+            "Good afternoon, and thank you for contacting us. I'll gladly help you with this request. So that "
+            "I can pull up the correct account, would you mind sharing the email address you have registered "
+            "with us?"
+        ),
+        lambda m: "Please tell me the email address on your profile.",
+        lambda m: "What email should I look you up by?",
+        lambda m: "First, your account's e-mail address - what is it?",
+        lambda m: (
+            "I'd like to verify your account. Could you provide your email, or alternatively your name and ZIP code?"
+        ),
+        lambda m: "Email on the account, please.",
+        lambda m: "Which email address is associated with your orders?",
+    ),
+    "name_zip": (
+        lambda m: "No match. Full name and ZIP?",
+        lambda m: (
+            "I'm afraid I couldn't find any account registered under that email address. No worries, though - "
+            "if you could give me your first and last name along with your ZIP code, I'll look you up that way."
+        ),
+        lambda m: "That email gives me nothing. What's the name and zip code on your account?",
+        lambda m: "I can't find that e-mail. Could I have your name and ZIP code?",
+        lambda m: "No account with that address, sorry. Your first name, surname and postal code, please.",
+        lambda m: "Our records don't show that email. Could you tell me your full name and your zip?",
+        lambda m: "That didn't bring anything up. Let me know your name and ZIP code and I'll search again.",
+        lambda m: "The email lookup came back empty. What name and zip code should I search for?",
+    ),
+    "order_id": (
+        lambda m: "Which order number?",
+        lambda m: "What's the #W number of the order?",
+        lambda m: (
+            "Of course. So that I cancel the right one, could you let me know the order number you'd like "
+            "cancelled?"
+        ),
+        lambda m: "Can you tell me the order ID?",
+        lambda m: "Which order do you want me to cancel?",
+        lambda m: "Please provide the order number.",
+        lambda m: "What order is it - do you have its ID?",
+        lambda m: "I'll need to know which order. What's the number?",
+    ),
+    "reason": (
+        lambda m: "And why are you cancelling?",
+        lambda m: (
+            "Could you please let me know the reason you'd like to cancel this order? I need it for our records."
+        ),
+        lambda m: "Why do you want it cancelled?",
+        lambda m: "What's the reason behind cancelling?",
+        lambda m: "Was this ordered by mistake, or is it simply no longer needed?",
+        lambda m: "Reason for cancelling?",
+        lambda m: "Can you give me a reason for the cancellation?",
+        lambda m: f"Why would you like {m.group(1)} cancelled?",
+    ),
+    "address": (
+        lambda m: "What's the new address?",
+        lambda m: "Where would you like it shipped instead?",
+        lambda m: (
+            "I'd be happy to update that for you. Could you please give me the complete new address - street, "
+            "city, state, ZIP code and country?"
+        ),
+        lambda m: "What address should I update the order to?",
+        lambda m: f"Where should order {m.group(1)} go now?",
+        lambda m: "Can you provide your new shipping address?",
+        lambda m: "Let me know the full new address, please.",
+        lambda m: "Which address should the order be delivered to now?",
+    ),
+    "payment": (
+        lambda m: "Which payment method?",
+        lambda m: "How would you like to pay or be refunded?",
+        lambda m: (
+            "Certainly. Could you let me know which payment method on your account you'd like me to use for this?"
+        ),
+        lambda m: "Which card or PayPal account should I use?",
+        lambda m: "What should I use for payment?",
+        lambda m: "Which of your payment methods do you prefer?",
+        lambda m: "Would you like to use a card, PayPal or a gift card for this?",
+        lambda m: "What payment method should this go through?",
+    ),
+    "confirmation": (
+        lambda m: f"OK to {_short(m)}?",
+        lambda m: (
+            "Great, thank you. I've reviewed the order and here's exactly what I'll do: "
+            f"{m.group(1)} Please let me know if you'd like me to proceed (yes/no)."
+        ),
+        _multiline,
+        lambda m: _bullets(m, bold=True) + "\n\nWould you like me to proceed?",
+        lambda m: [f"Proposed change: {_short(m)}.", "Would you like me to make this change?"],
+        lambda m: f"Shall I {_bare(m)}?",
+        lambda m: f"I'd like to {m.group(1)} Is that all right with you?",
+        lambda m: f"Confirming the details: {_short(m)}. Yes or no?",
+    ),
+    "unavailable": (
+        lambda m: f"The {m.group(1)} is out of stock.",
+        lambda m: f"Sorry, the {m.group(1)} is not available right now.",
+        lambda m: (
+            f"I looked it up, and unfortunately the {m.group(1)} is currently out of stock, so I can't switch "
+            "to it."
+        ),
+        lambda m: f"We don't have the {m.group(1)} at the moment.",
+        lambda m: f"The {m.group(1)} isn't currently available.",
+        lambda m: f"That option - the {m.group(1)} - is sold out.",
+        lambda m: f"I'm afraid there's no {m.group(1)} available.",
+        lambda m: f"The {m.group(1)} cannot be purchased at this time.",
+    ),
+    "balance": (
+        lambda m: (
+            f"Your gift card only has {m.group(2)}; the difference is {m.group(1)}, so it can't cover it."
+        ),
+        lambda m: f"The gift card's balance of {m.group(2)} isn't enough for the {m.group(1)} difference.",
+        lambda m: (
+            f"I'm sorry, but the price difference of {m.group(1)} exceeds the {m.group(2)} left on your gift "
+            "card, so I can't use it for this."
+        ),
+        lambda m: f"The difference ({m.group(1)}) is higher than your gift card balance ({m.group(2)}).",
+        lambda m: f"Not enough on the gift card: {m.group(2)} versus {m.group(1)} needed.",
+        lambda m: f"Your gift card can only cover {m.group(2)} of the {m.group(1)} difference.",
+        lambda m: (
+            f"The gift card has {m.group(2)}, which won't be enough to pay the {m.group(1)} price difference."
+        ),
+        lambda m: f"With a difference of {m.group(1)}, the {m.group(2)} on your gift card falls short.",
+    ),
+    "not_found": (
+        lambda m: f"I couldn't find {m.group(1)}. What was in the order?",
+        lambda m: f"Order {m.group(1)} doesn't exist in our system. Can you tell me anything else about it?",
+        lambda m: (
+            f"I'm sorry, I searched for order {m.group(1)} but there's no such order. Could you describe it for "
+            "me - what did you buy?"
+        ),
+        lambda m: f"There's no order numbered {m.group(1)}. Do you remember an item from it?",
+        lambda m: f"Nothing comes up for {m.group(1)}. What else do you remember?",
+        lambda m: f"{m.group(1)} isn't a valid order number. Which items did you order?",
+        lambda m: f"I can't seem to locate order {m.group(1)}. Could you tell me what it contained?",
+        lambda m: f"No results for {m.group(1)}. Let me know what was in the order and I'll search that way.",
+    ),
+}
