@@ -20,7 +20,11 @@ just ticks. The checks, in order:
   nesting never raise, are flagged in ``info["invalid_action"]`` when not a plain reply, and leave the world
   state unchanged;
 * ``split_overlap`` (test instances found in train) and ``first_message_overlap`` (test episodes opening
-  like a train episode; reported, not failed).
+  like a train episode; reported, not failed);
+* ``conformity/<aspect>``: for an env that declares a target (``target_id``), the system prompt, the tools, the
+  user simulator and the observation after reset are the target's on the same source task
+  (:mod:`trace_gym.core.conformity`); an env without a declared target gets one ``conformity`` result marked
+  skipped (``skipped``: not failed, and not a pass either).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class CheckResult:
     passed: bool
     figure: str
     detail: str = ""
+    skipped: bool = False  # not applicable to this env: neither a pass nor a failure (passed stays True)
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,7 @@ class ValidationConfig:
     fuzz_seeds: int = 10
     fuzz_actions_per_seed: int = 40
     determinism_seeds: int = 5
+    conformity_seeds: int = 50
 
 
 def validate_env(
@@ -81,6 +87,7 @@ def validate_env(
         ("fuzz", lambda: _check_fuzz(env_id, make_kwargs, config)),
         ("split_overlap", lambda: check_split_overlap(env_id, make_kwargs, config)),
         ("first_message_overlap", lambda: check_first_message_overlap(env_id, make_kwargs, config)),
+        ("conformity", lambda: check_format_conformity(env_id, make_kwargs, config)),
     ]
     results: list[CheckResult] = []
     for name, run in checks:
@@ -1065,3 +1072,37 @@ def check_split_overlap(env_id: str, make_kwargs: dict[str, Any], config: Valida
         f"{overlap.figure}; independent key: {semantic.figure}",
         f"{content}; both must be 0",
     )
+
+
+def check_format_conformity(
+    env_id: str, make_kwargs: dict[str, Any], config: ValidationConfig
+) -> list[CheckResult]:
+    """For an env with a declared target: one result per aspect of :mod:`trace_gym.core.conformity` over
+    ``min(seeds, conformity_seeds)`` seeds, each failure naming what differs first (the prompt's line, the
+    tool, the user setting, the message). Without a declared target: one skipped result."""
+    from trace_gym.core.conformity import ASPECTS, check_conformity, declared_target
+
+    env = _make(env_id, make_kwargs)
+    target = declared_target(env)
+    if target is None:
+        return [
+            CheckResult(
+                "conformity",
+                True,
+                "skipped: no declared target",
+                "the env declares no target_id, so its format is not compared with one",
+                skipped=True,
+            )
+        ]
+    seeds = range(min(config.seeds, config.conformity_seeds))
+    result = check_conformity(env, seeds, lambda e, seed: _reset(e, seed, config))
+    extra = {"tools": f" ({result.tool_count} tools)", "user_simulator": f" ({result.user_class})"}
+    return [
+        CheckResult(
+            f"conformity/{aspect}",
+            result.identical[aspect] == result.seeds,
+            f"identical to {target}'s on {result.identical[aspect]}/{result.seeds} seeds{extra.get(aspect, '')}",
+            result.reasons.get(aspect, ""),
+        )
+        for aspect in ASPECTS
+    ]
