@@ -92,6 +92,9 @@ def test_a_module_that_declares_no_target_is_refused_before_it_runs():
     assert target_problem(NON_CONFORMING["no_target"], CLASS, TARGET) == REASONS["no_target"]
     error, requests = generate(NON_CONFORMING["no_target"], attempts=1)
     assert isinstance(error, SynthesisError) and REASONS["no_target"] in str(error)
+    # what must never run is named first: the static check's problems come before the missing target
+    error, _ = generate(NON_CONFORMING["no_target"] + "\nx = eval('1')\n", attempts=1)
+    assert "'eval' is not allowed" in str(error) and "does not declare its target" not in str(error)
 
 
 @pytest.mark.slow

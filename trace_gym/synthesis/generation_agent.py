@@ -26,6 +26,7 @@ import gymnasium as gym
 from trace_gym.llm_agent import LLMAgent, LLMAgentError, render_prompt
 from trace_gym.synthesis.emit import GeneratedModule, SynthesisError, validate_module
 from trace_gym.synthesis.sandbox import Limits
+from trace_gym.synthesis.static_check import static_check
 
 PROMPT = "synthesis/generate_env.md"
 EXAMPLE = "example_target_env.py"
@@ -116,7 +117,10 @@ class GenerationAgent:
 
     def __call__(self, record: dict[str, Any], target: str, class_name: str) -> GeneratedModule:
         def check(value: Any) -> list[str]:
-            problem = target_problem(value["module"], class_name, target)
+            # the static check's problems first (what must never run), then the declared target, then the sandbox
+            problem = (
+                None if static_check(value["module"]) else target_problem(value["module"], class_name, target)
+            )
             if problem:
                 return [f"the module was rejected: {problem}"]
             verdict = validate_module(
