@@ -38,7 +38,8 @@ REQUEST = re.compile(
     r"specify|name|write|spell|verify|choose|pick|select|describe|explain|reply|respond)\b"
     r"|\b(?:please|kindly)\b(?! (?:note|be aware|bear|hold|wait|allow|stand by|rest assured))"
     r"|\b(?:could|can|would|will) you\b|\bmay i (?:have|ask|get|know|see)\b"
-    r"|\b(?:i|we)(?:'ll| will|'d| would)?(?: just| only| first| also| still| now)? (?:need|require) (?:your|you to|the|a|an|to (?:know|have|get|see|hear))\b"
+    r"|\b(?:i|we)(?:'ll| will|'d| would)?(?: just| only| first| also| still| now)? (?:need|require) (?:your|you to|the|a|an|either|both|one of|some|to (?:know|have|get|see|hear))\b"
+    r"|\byou (?:can|could|may) (?:just )?(?:give|send|share|provide|tell|let|type|write)\b"
     r"|\b(?:let me know|tell me|inform me|fill me in|walk me through)\b"
     r"|\b(?:is|are) (?:needed|required|necessary)\b|\bif you (?:could|can|would|don'?t mind)\b",
     re.IGNORECASE,
@@ -68,7 +69,8 @@ SLOTS: dict[str, re.Pattern[str]] = {
         "address": r"\b(?:new |shipping |delivery |postal |street |mailing )?address(?:es)?\b"
         r"|\b(?:ship|send|deliver|mail)(?:ed|ing)? (?:it |them |the order |your order |the package |the items )?to\b"
         r"|\bwhere\b[^?.!]{0,40}\b(?:ship|sen[dt]|deliver|go|arriv|mov|liv|relocat|head|mail|forward)\w*"
-        r"|\bmoved\b|\bnew (?:location|place|home|residence|destination)\b|\bdestination\b|\bwhere to\b",
+        r"|\bmoved\b|\bnew (?:location|place|home|residence|destination)\b|\bdestination\b|\bwhere to\b"
+        r"|\b(?:shipping|delivery|mailing|postal|forwarding) (?:details|info|information|location|place)\b",
         "payment": r"\bpay(?:s|ing|ment|ments)?\b|\bpaid\b|\bcards?\b|\bpaypal\b|\bsettle\b|\bcharg(?:e|es|ed|ing)\b"
         r"|\bbill(?:ed|ing)?\b|\brefund(?:s|ed|ing)?\b|\breimburs\w*|\b(?:which|what) (?:method|account)\b"
         r"|\bcover(?:ed|ing)? (?:the )?(?:difference|cost|amount)\b|\bfund(?:s|ed|ing)?\b|\bcredited\b",
@@ -108,7 +110,9 @@ OBSTACLES: dict[str, re.Pattern[str]] = {
         r"|\b(?:doesn[’']?t|does not|don[’']?t|do not) (?:seem|appear) to (?:exist|be (?:there|in|on|valid|real|ours))"
         r"|\b(?:isn[’']?t|is not|aren[’']?t|not) (?:showing|coming|turning|popping) up\b"
         r"|\bfound nothing\b|\bnothing (?:was |is )?found\b|\bturned up nothing\b|\bno results?\b"
-        r"|(?:\bnot|n[’']t|\bno way to|\bunable to|\bcannot)\b[^.?!]{0,24}\b(?:find|locate|exist|match|retrieve|be (?:an?|any) order)\b"
+        r"|(?:\bnot|n[’']t|\bno way to|\bunable to|\bcannot)\b[^.?!]{0,24}\b(?:find(?:ing)?|locat(?:e|ing)|exist(?:ing)?"
+        r"|match(?:ing)?|retriev(?:e|ing)|see(?:ing)?|spot(?:ting)?|pull(?:ing)? (?:it |that )?up|be (?:an?|any) order)\b"
+        r"|\bno sign of\b"
         r"|\b(?:not|isn[’']?t|wasn[’']?t) (?:a |an )?(?:valid|real|correct|known|existing|recogni[sz]ed)\b",
         re.IGNORECASE,
     ),
@@ -117,7 +121,11 @@ OBSTACLES: dict[str, re.Pattern[str]] = {
         r"|\bnot (?:currently |presently )?(?:available|in stock|offered|sold|possible to get|stocked|orderable)"
         r"|\b(?:isn|aren|wasn|weren)[’']?t (?:currently |presently )?(?:available|in stock|offered|sold|stocked|orderable)"
         r"|\b(?:can|could)(?:[’']t|n[’']t|not| not) (?:be )?(?:ordered|selected|chosen|supplied|offered|shipped|had)"
-        r"|\bno (?:stock|availability|inventory)\b|\bnone (?:left|in stock)\b",
+        r"|\bno (?:stock|availability|inventory)\b|\bnone (?:left|in stock)\b"
+        # the variant's options ("color: red, size: L") may sit between "no" and "in stock"; no verb may
+        r"|\bno\s(?!(?:problem|worries|worry|issue|doubt|question|need|matter|change)s?\b)"
+        r"(?:(?!\b(?:is|are|was|were|will|and|but|so|because|if)\b)(?:[^.?!]|\.(?=\w))){1,80}?"  # "1.5L" is no stop
+        r"\b(?:left )?(?:in stock|available)\b",
         re.IGNORECASE,
     ),
     "balance": re.compile(
@@ -131,6 +139,16 @@ OBSTACLES: dict[str, re.Pattern[str]] = {
         re.IGNORECASE,
     ),
 }
+# In a sentence about the gift card, its balance too low said as a card that cannot be used ("the gift card
+# won't work", "I can't charge it to the gift card") or as a small balance ("its balance is just $5.00").
+BALANCE_TOPIC = re.compile(r"\bgift ?cards?\b|\bbalance\b", re.IGNORECASE)
+BALANCE_SENTENCE = re.compile(
+    r"(?:\bnot|n[’']t|\bcannot|\bunable to|\bno way to)\b[^.?!]{0,24}\b(?:charg|us(?:e|ed|ing)\b|appl(?:y|ied)\b"
+    r"|put\b|bill|draw|tak(?:e|en)\b|work|go through|process|be enough|suffice"
+    r"|do\b(?=\s*(?:[:;,.!-]|for\b|here\b|$)))"
+    r"|\b(?:only|just|merely|a mere|no more than)\s+(?:has |holds |contains |have |carries |got |left |remaining )?(?:\$|usd ?)?\d",
+    re.IGNORECASE,
+)
 # "We don't have / no longer carry the X in stock": a negated having, in a sentence about stock or options.
 NOT_CARRIED = re.compile(
     r"(?:\bno longer|\bcannot|\bnot|n[’']t)\b[^.?!]{0,30}\b(?:have|carry|stock|offer|sell|supply|provide|get)\b",
@@ -145,7 +163,10 @@ STOCK_TOPIC = re.compile(
 AVAILABLE = re.compile(r"\bavailable\b|\bin stock\b|\bstocked\b|\bon offer\b", re.IGNORECASE)
 
 
-PRONOUN = re.compile(r"\b(?:it|that|this|they|them|those|these|one)\b", re.IGNORECASE)
+PRONOUN = re.compile(
+    r"\b(?:it|that|this|they|them|those|these|one|either|both|whichever)\b|^\W*which\b(?!\s+(?:of\s+)?(?:your|the|my)\b)",
+    re.IGNORECASE,
+)
 # Figures offered as alternatives ("9240 or 9239", "$5/$6", "either ... or"): a proposal must name one value.
 ALTERNATIVES = re.compile(r"\d[\d,.]*\s*(?:or|/)\s*(?:\$|usd ?)?\d|\beither\b", re.IGNORECASE)
 
@@ -247,6 +268,8 @@ def reports(message: str, obstacle: str) -> bool:
     """The message reports the obstacle (positive and negative phrasings)."""
     if OBSTACLES[obstacle].search(message):
         return True
+    if obstacle == "balance":
+        return any(BALANCE_TOPIC.search(s) and BALANCE_SENTENCE.search(s) for s in sentences(message))
     if obstacle != "unavailable":
         return False
     carried = any(NOT_CARRIED.search(s) and STOCK_TOPIC.search(s) for s in sentences(message))

@@ -1,0 +1,122 @@
+"""The reader's classes found by paraphrase round five (tests/retail/wordings.py), each with wordings of its
+own (none from a paraphrase round) and the strict side of the same rule: fast, unlike test_wordings.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from trace_gym.targets.retail.reading import asked_slots, reports
+
+
+# ---- requests phrased as a need or an offer, and a "which" pointing back at the choices -----------------------
+@pytest.mark.parametrize(
+    ("text", "slots"),
+    [
+        ("I'll need either your e-mail or your name and postcode.", {"email", "name_zip"}),
+        ("I would need both your full name and your zip code.", {"name_zip"}),
+        ("You can just send me the email on the account.", {"email"}),
+        ("You could give me your name and zip code instead.", {"name_zip"}),
+        (
+            "Your email works, and so do your name and zip code. Which is easier for you?",
+            {"email", "name_zip"},
+        ),
+        ("An email address or a name with a zip code would do. Whichever you prefer?", {"email", "name_zip"}),
+    ],
+)
+def test_needs_offers_and_which_back_references_ask(text: str, slots: set[str]):
+    assert asked_slots(text) >= slots, text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I need to check your email first.",  # the agent's own need: asks nothing
+        "You can see your email in the app.",
+        "Your email is on file.",
+        "Which of your orders had the lamp, I wonder.",
+    ],
+)
+def test_statements_about_needs_and_offers_of_nothing_ask_no_identity(text: str):
+    assert not asked_slots(text) & {"email", "name_zip"}, text
+
+
+# ---- a slot named by "<slot adjective> details / info" ---------------------------------------------------------
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Please send me the new delivery info.",
+        "What are your mailing details now?",
+        "Could you share the forwarding details?",
+    ],
+)
+def test_address_named_by_its_details(text: str):
+    assert "address" in asked_slots(text), text
+
+
+def test_address_details_in_a_statement_ask_nothing():
+    assert asked_slots("Shipping details will follow by email.") == set()
+
+
+# ---- obstacles: the variant between "no" and "in stock", a gift card that cannot be used, negated seeing ------
+@pytest.mark.parametrize(
+    "text",
+    [
+        "No Desk Lamp with brightness: high, color: white left in stock.",
+        "Sorry, no 2.5L kettle available this week.",
+    ],
+)
+def test_no_variant_in_stock_reports_unavailable(text: str):
+    assert reports(text, "unavailable"), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "No problem, the lamp is in stock.",
+        "No changes are needed; the 1.5L kettle is available.",
+        "No worries - the blue one is available.",
+    ],
+)
+def test_no_as_interjection_or_with_a_verb_reports_nothing(text: str):
+    assert not reports(text, "unavailable"), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The gift card won't do for this one: it holds $5.00.",
+        "I'm unable to put the $20.00 difference on your gift card.",
+        "Your gift card's balance is merely $3.10.",
+    ],
+)
+def test_a_gift_card_that_cannot_be_used_reports_the_balance(text: str):
+    assert reports(text, "balance"), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I can't charge anything until you confirm.",  # not about the gift card
+        "The gift card will work: its balance is $50.00.",
+        "Your gift card can be used for the difference.",
+    ],
+)
+def test_a_usable_gift_card_or_another_refusal_reports_no_balance(text: str):
+    assert not reports(text, "balance"), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "We're not seeing any order #W1234567.",
+        "I don't see #W1234567 in the system.",
+        "There's no sign of that order.",
+        "Our team isn't finding #W1234567.",
+    ],
+)
+def test_negated_seeing_reports_not_found(text: str):
+    assert reports(text, "not_found"), text
+
+
+def test_seeing_an_order_reports_no_not_found():
+    assert not reports("I can see order #W1234567 in the system.", "not_found")
