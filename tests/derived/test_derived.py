@@ -11,13 +11,19 @@ from gymnasium.utils.env_checker import check_env
 import trace_gym  # noqa: F401 - registers the ids
 from trace_gym.derived.levels import BACK_OFF, LEVELS, prefix_length
 from trace_gym.derived.pool import sources
-from trace_gym.derived.registration import TARGETS, derived_id
+from trace_gym.derived.registration import derived_id, register_derived
 from trace_gym.derived.shaped import SHAPED_KEY, ordered_share, shaped_reward
 
 pytest.importorskip("bfcl_eval")
 
 TARGET = "trace/bfcl-multi-turn-v0"
-IDS = [derived_id(TARGET, c) for c in TARGETS[TARGET]]
+CAPABILITIES = (
+    "state-changing-calls",
+    "information-retrieval",
+    "missing-function-awareness",
+    "missing-parameter-awareness",
+)
+IDS = register_derived(TARGET, CAPABILITIES)  # in-process (synthesis emits the ids into generated_envs/)
 REPLAY_SEEDS = 40
 
 

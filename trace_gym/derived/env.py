@@ -26,6 +26,7 @@ The target must implement the capability-env protocol: ``task_capabilities()``, 
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -33,7 +34,7 @@ import gymnasium as gym
 from trace_gym.core.env import SPLITS, reset_options, split_of_seed, split_seed
 from trace_gym.derived.levels import DEFAULT_LEVEL, LEVELS, prefix_length
 from trace_gym.derived.pool import DEFAULT_WINDOW, SOURCE_SPLIT, Source, sources
-from trace_gym.derived.shaped import SHAPED_KEY, shaped_reward
+from trace_gym.derived.shaped import SHAPED_KEY, event_milestones, shaped_reward
 from trace_gym.worlds.world import canonical_json
 
 
@@ -50,7 +51,6 @@ class DerivedCapabilityEnv(gym.Env[list, Any]):
     default_difficulty: ClassVar[int] = DEFAULT_LEVEL
     supports_splits: ClassVar[bool] = True
     content_split: ClassVar[bool] = True
-    ablatable_capabilities: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -79,6 +79,14 @@ class DerivedCapabilityEnv(gym.Env[list, Any]):
         known = getattr(self.target, "capabilities", None)
         if known is not None and capability not in known:
             raise ValueError(f"{target_id} has no capability {capability!r}; known: {list(known)}")
+        # the agent lacking c from the start point on needs the target's ablations from an oracle index on
+        takes_start = "start" in inspect.signature(self.target.oracle_actions).parameters
+        self.ablatable_capabilities = (
+            tuple(getattr(self.target, "ablatable_capabilities", ())) if takes_start else ()
+        )
+        self._scratch: Any = None  # a second target, where the oracle's own milestone events are recorded
+        self._oracle_events: dict[int, list[tuple[int, str]]] = {}
+        self.start_turn = 0
         self.observation_space = self.target.observation_space
         self.action_space = self.target.action_space
         self.source: Source | None = None
@@ -171,6 +179,7 @@ class DerivedCapabilityEnv(gym.Env[list, Any]):
         self._continuation = oracle[self.prefix :]
         self.prefix_messages = len(obs)
         self.first_turn = getattr(self.target, "user_turn", None)
+        self.start_turn = self.target.turn
         info = self._info(info)
         info["base_system_prompt"] = info.get("base_system_prompt", obs[0]["content"])
         info["difficulty"] = self.level
@@ -183,14 +192,20 @@ class DerivedCapabilityEnv(gym.Env[list, Any]):
         info = self._info(info)
         if terminated or truncated:
             components = dict(info.get("reward_components", {}))
-            components[SHAPED_KEY] = shaped_reward(
-                float(reward),
-                components,
-                dict(info.get("requirements", {})),
-                tuple(self.target.task_capabilities()),
-                self.first_turn,
-                self._n_turns(),
-            )
+            if hasattr(self.target, "milestone_events"):
+                events, violations = self.target.milestone_events()
+                components[SHAPED_KEY] = event_milestones(
+                    float(reward), self._oracle_milestones(), events, violations, self.start_turn
+                )
+            else:
+                components[SHAPED_KEY] = shaped_reward(
+                    float(reward),
+                    components,
+                    dict(info.get("requirements", {})),
+                    tuple(self.target.task_capabilities()),
+                    self.first_turn,
+                    self._n_turns(),
+                )
             info["reward_components"] = components
         return obs, reward, terminated, truncated, info
 
@@ -199,13 +214,27 @@ class DerivedCapabilityEnv(gym.Env[list, Any]):
 
     def close(self) -> None:
         self.target.close()
+        if self._scratch is not None:
+            self._scratch.close()
 
     # ---- the trace contract -----------------------------------------------------------------------------------
-    def oracle_actions(self) -> list[Any]:
-        """The target oracle's continuation after the prefix (replayed from reset it scores 1.0)."""
+    def oracle_actions(self, without: str | None = None) -> list[Any]:
+        """The target oracle's continuation after the prefix (replayed from reset it scores 1.0); with
+        ``without=c`` (one of :attr:`ablatable_capabilities`) the target's agent "oracle minus c" from the start
+        point on: the prefix stays the oracle's (it is the env's, not the agent's), and what the ablated agent
+        does from the oracle's action ``prefix`` on follows (the target's ``oracle_actions(without=c,
+        start=prefix)``). Where the ablation would have changed a prefix action (a confirmation the agent
+        lacking policy-adherence never asks, asked in the prefix), the change is not made: that agent lacks
+        the capability only from where it starts acting."""
         if self.source is None:
             raise RuntimeError("call reset() before oracle_actions()")
-        return list(self._continuation)
+        if without is None:
+            return list(self._continuation)
+        if without not in self.ablatable_capabilities:
+            raise ValueError(
+                f"cannot remove capability {without!r}; supported: {', '.join(self.ablatable_capabilities)}"
+            )
+        return list(self.target.oracle_actions(without=without, start=self.prefix))
 
     def source_info(self) -> dict[str, Any]:
         if self.source is None:
@@ -242,6 +271,24 @@ class DerivedCapabilityEnv(gym.Env[list, Any]):
         info["capability"] = self.capability
         info["source"] = self.source_info()
         return info
+
+    def _oracle_milestones(self) -> list[tuple[int, str]]:
+        """The target oracle's own milestone events on the source task (the whole oracle replayed in a second
+        target; cached per source seed)."""
+        assert self.source is not None
+        seed = self.source.target_seed
+        if seed not in self._oracle_events:
+            if self._scratch is None:
+                self._scratch = gym.make(
+                    self.target_id, disable_env_checker=True, **self.target_kwargs
+                ).unwrapped
+            self._scratch.reset(seed=seed, options={"split": SOURCE_SPLIT})
+            for action in self._scratch.oracle_actions():
+                _, _, terminated, truncated, _ = self._scratch.step(action)
+                if terminated or truncated:
+                    break
+            self._oracle_events[seed] = list(self._scratch.milestone_events()[0])
+        return self._oracle_events[seed]
 
     def _n_turns(self) -> int | None:
         task = getattr(self.target, "task", None)

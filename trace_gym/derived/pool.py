@@ -11,7 +11,8 @@ train tasks, 128 of them ``miss_func``) would repeat tasks within a few dozen ra
 shuffled order gives consecutive seeds distinct sources, as BFCL's own seeds do.
 
 A decision point where the target's verdict passes an agent that only talks from there on is no source
-(:func:`passes_without_acting`): nothing the agent does there can fail.
+(:func:`passes_without_acting`): nothing the agent does there can fail. Nor is one where another task's
+oracle continuation of the same shape passes (:func:`foreign_passes`): what passes there is not the task's.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from trace_gym.core.splits import split_of_key
+from trace_gym.worlds.world import canonical_json
 
 SOURCE_SPLIT = "train"  # the only target split a capability env reads
 SUBSPLIT_SALT = "trace-derived-capability-v0"
@@ -53,23 +55,70 @@ IDLE_REPLY = "I cannot help with that."
 MAX_IDLE_STEPS = 200
 
 
-def passes_without_acting(target: Any, seed: int, point: int) -> bool:
-    """Whether the target's verdict passes an agent that, from the decision point on, only replies in words
-    (no call). Such a start tells nothing: BFCL does not check a turn with empty ground truth, so a
-    ``miss_param`` task whose empty turn is its last scores 1.0 whatever the agent does there."""
+def passes_with(target: Any, seed: int, point: int, actions: list[Any]) -> bool:
+    """Whether the target's verdict passes an agent that, from the decision point on, plays ``actions`` and
+    then only replies in words."""
     target.reset(seed=seed, options={"split": SOURCE_SPLIT})
     for action in target.oracle_actions()[:point]:
         target.step(action)
-    for _ in range(MAX_IDLE_STEPS):
-        _, reward, terminated, truncated, _ = target.step(IDLE_REPLY)
+    for action in [*actions, *[IDLE_REPLY] * MAX_IDLE_STEPS]:
+        _, reward, terminated, truncated, _ = target.step(action)
         if terminated or truncated:
             return reward == 1.0
     return False
 
 
+def passes_without_acting(target: Any, seed: int, point: int) -> bool:
+    """Whether the target's verdict passes an agent that, from the decision point on, only replies in words
+    (no call). Such a start tells nothing: BFCL does not check a turn with empty ground truth, so a
+    ``miss_param`` task whose empty turn is its last scores 1.0 whatever the agent does there."""
+    return passes_with(target, seed, point, [])
+
+
+def shape(actions: list[Any]) -> tuple[Any, ...]:
+    """What a continuation does, without its content: per action the tools it calls, or that it talks."""
+    out = []
+    for action in actions:
+        calls = action.get("tool_calls") if isinstance(action, dict) else None
+        out.append(tuple(sorted(c["function"]["name"] for c in calls)) if calls else "say")
+    return tuple(out)
+
+
+def foreign_passes(target: Any, candidates: list[tuple[Source, list[Any], str]]) -> set[int]:
+    """Indexes of the candidates another task's oracle continuation passes: each candidate (source,
+    continuation from its decision point, group) is played with the continuation of the next candidate of the
+    same shape from another group (BFCL's variants of one base task share their calls) whose continuation is
+    not the same actions (two tasks may need exactly the same calls: that is a right answer, not a
+    shortcut). Such a
+    start tells nothing either: what passes there is not the task's (a lone ``transfer_to_human_agents`` as a
+    task's last request passes on every task ending with a transfer, the summary being free text)."""
+    by_shape: dict[tuple[Any, ...], list[int]] = {}
+    for index, (_, continuation, _) in enumerate(candidates):
+        by_shape.setdefault(shape(continuation), []).append(index)
+    dropped = set()
+    for members in by_shape.values():
+        for position, index in enumerate(members):
+            source = candidates[index][0]
+            others = members[position + 1 :] + members[:position]
+            own = canonical_json(candidates[index][1])
+            other = next(
+                (
+                    j
+                    for j in others
+                    if candidates[j][2] != candidates[index][2] and canonical_json(candidates[j][1]) != own
+                ),
+                None,
+            )
+            if other is not None and passes_with(
+                target, source.target_seed, source.decision_point, candidates[other][1]
+            ):
+                dropped.add(index)
+    return dropped
+
+
 def scan(target: Any, capability: str, window: int) -> dict[str, tuple[Source, ...]]:
     """Scan the target's train seeds ``0..window-1``; returns the sources of each capability-env split."""
-    found: dict[str, list[Source]] = {"train": [], "test": []}
+    candidates: list[tuple[Source, list[Any], str]] = []  # (source, continuation, group)
     seen: set[str] = set()
     for seed in range(window):
         _, info = target.reset(seed=seed, options={"split": SOURCE_SPLIT})
@@ -82,10 +131,16 @@ def scan(target: Any, capability: str, window: int) -> dict[str, tuple[Source, .
             continue
         group = target.group_key() if hasattr(target, "group_key") else key
         task_id = str(info.get("task_id", key))
+        oracle = list(target.oracle_actions())
         for point in target.decision_points().get(capability, []):
             if passes_without_acting(target, seed, int(point)):
                 continue
-            found[subsplit(group)].append(Source(seed, int(point), key, task_id))
+            candidates.append((Source(seed, int(point), key, task_id), oracle[int(point) :], group))
+    dropped = foreign_passes(target, candidates)
+    found: dict[str, list[Source]] = {"train": [], "test": []}
+    for index, (source, _, group) in enumerate(candidates):
+        if index not in dropped:
+            found[subsplit(group)].append(source)
     out = {}
     for split, sources in found.items():  # a fixed shuffled order: consecutive seeds are distinct sources
         order = np.random.default_rng(sum(map(ord, f"{SUBSPLIT_SALT}/{capability}/{split}"))).permutation(

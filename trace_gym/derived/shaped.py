@@ -10,6 +10,15 @@ rule (a wrong write, a policy violation). The binary success stays the reward.
   is a checked turn whose state check failed (a wrong or missing write), or an unchecked turn where the
   agent called something. Abstaining alone earns nothing: the reward is 0 unless a checked turn passed
   (else an agent that never calls anything would be paid for every unchecked turn it reaches).
+* A target with milestone events (retail: ``milestone_events()``, from its verifier's records): the
+  milestones are the events the target oracle's own trajectory produces after the agent's start, in the
+  order the oracle reaches them, then the binary success. For retail: ``authenticated``, each record read
+  (``read <tool> <args>``), each fact the user gave when asked (``told <fact>``), each yes to a proposal
+  naming the write (``confirmed <order> <tool>``), each exact write (``write <tool> <args>``), the
+  ``transfer``, each required fact told right (``answered <request> <need>``). A milestone is reached when
+  the agent's episode has the same event *after the start* (the prefix's events are the oracle's and are not
+  paid for; only-talking produces none). A violation is any of the target's: a broken policy rule, a wrong
+  write (a carried-out write no expected one), a wrong or hedged answer, sprayed amounts.
 * Any other target (the generic rule): the milestones are the capabilities of the task in
   ``task_capabilities()`` order, each reached when ``info["requirements"]`` labels it PRESENT, then the
   binary success; a violation is a ``policy`` component (retail) below 1.
@@ -58,6 +67,22 @@ def per_turn_milestones(
 
 def has_turn_components(components: dict[str, Any]) -> bool:
     return any(_TURN.match(name) for name in components)
+
+
+def event_milestones(
+    reward: float,
+    oracle_events: list[tuple[int, str]],
+    events: list[tuple[int, str]],
+    violations: list[tuple[int, str]],
+    start_turn: int,
+) -> float:
+    """The milestone reward from (agent turn, key) events: the oracle's events after ``start_turn`` in the
+    order it reaches them, each reached when the agent's episode has it after ``start_turn``; then success."""
+    if violations:
+        return 0.0
+    wanted = list(dict.fromkeys(key for turn, key in sorted(oracle_events) if turn > start_turn))
+    got = {key for turn, key in events if turn > start_turn}
+    return ordered_share([key in got for key in wanted] + [reward == 1.0])
 
 
 def shaped_reward(

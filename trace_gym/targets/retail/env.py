@@ -25,7 +25,7 @@ from trace_gym.targets.retail.policy import HINT, POLICY
 from trace_gym.targets.retail.tasks import Task, generate_task
 from trace_gym.targets.retail.tools import TOOLS
 from trace_gym.targets.retail.user import RetailUser, UserRecords
-from trace_gym.targets.retail.verifier import assess
+from trace_gym.targets.retail.verifier import assess, milestone_events
 from trace_gym.worlds import State, Tool
 from trace_gym.worlds.world import canonical_json
 
@@ -241,18 +241,29 @@ class RetailEnv(ChatToolEnv):
             raise RuntimeError("call reset() before first_user_message()")
         return self.task.opening
 
-    def oracle_actions(self, without: str | None = None) -> list[dict[str, Any]]:
+    def oracle_actions(self, without: str | None = None, *, start: int = 0) -> list[dict[str, Any]]:
         """The reference solution (``without=None``), or the scripted agent "oracle minus one capability"
-        (one of :attr:`ablatable_capabilities`, see :data:`ABLATIONS`)."""
+        (one of :attr:`ablatable_capabilities`, see :data:`ABLATIONS`). ``start``: what that agent does from
+        the oracle's action ``start`` on, after the oracle's own first ``start`` actions (a derived env's
+        prefix); ``start=0`` is the whole episode."""
         if self.task is None:
             raise RuntimeError("call reset() before oracle_actions()")
         if without is None:
-            return [dict(action) for action in self.task.oracle]
+            return [dict(action) for action in self.task.oracle[start:]]
         if without not in ABLATIONS:
             raise ValueError(
                 f"cannot remove capability {without!r}; supported: {', '.join(self.ablatable_capabilities)}"
             )
-        return ablated_oracle(self.task, without)
+        return ablated_oracle(self.task, without, start)
+
+    def milestone_events(self) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+        """(events, violations) of the episode so far, each ``(agent turn, key)``: the steps the verifier
+        credits and the breaches no continuation repairs (``verifier.milestone_events``). A derived env's
+        milestone reward matches the agent's events against the oracle's."""
+        if self.task is None or self.episode is None:
+            raise RuntimeError("call reset() before milestone_events()")
+        assert isinstance(self.episode.user, UserRecords)
+        return milestone_events(self.task, self.calls, self.episode.user)
 
 
 def value_pool(task: Task) -> dict[str, list[Any]]:
@@ -310,16 +321,19 @@ def task_content(task: Task) -> dict[str, Any]:
     }
 
 
-def ablated_oracle(task: Task, without: str) -> list[dict[str, Any]]:
-    """The oracle's actions with one capability removed (see :data:`ABLATIONS`)."""
+def ablated_oracle(task: Task, without: str, start: int = 0) -> list[dict[str, Any]]:
+    """The oracle's actions with one capability removed (see :data:`ABLATIONS`), from the oracle's action
+    ``start`` on: each ablation rewrites the oracle action by action (multi-step-completion: every action of
+    a later request becomes a goodbye), so the agent lacking the capability after an oracle prefix of
+    ``start`` actions plays the rewrite of ``task.oracle[start:]``."""
     if without == "multi-step-completion":
         later = sum(len(r.script) for r in task.requests[1:])
-        kept = task.oracle[: len(task.oracle) - later]
+        kept = task.oracle[start : len(task.oracle) - later]
         return [dict(a) for a in kept] + [{"content": GOODBYE} for _ in range(8)]
     asks = set(task.asks).union(*(r.asks for r in task.requests))
     targets = {(tool, key) for r in task.requests for tool, key in r.reads}
     actions: list[dict[str, Any]] = []
-    for action in task.oracle:
+    for action in task.oracle[start:]:
         content = action.get("content") or ""
         if not action.get("tool_calls"):
             if without == "policy-adherence" and content.endswith("Do you confirm (yes/no)?"):

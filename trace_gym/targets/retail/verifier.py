@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from trace_gym.core.env import CallRecord, Evaluation
-from trace_gym.targets.retail.diagnosis import Diagnosis, attempted, diagnose
-from trace_gym.targets.retail.facts import sprayed, told
+from trace_gym.targets.retail.diagnosis import Diagnosis, attempted, diagnose, normal_arguments
+from trace_gym.targets.retail.facts import answer, sprayed, stated, told
 from trace_gym.targets.retail.tasks import Request, Task
 from trace_gym.targets.retail.tools import WRITE_TOOLS
 from trace_gym.targets.retail.user import UserRecords
@@ -215,3 +215,57 @@ def _resolved(
             attempted(c) and c.arguments.get("order_id") == request.forbidden_order for c in calls
         )
     return user.effect_done(request) and user.needs_told(index)
+
+
+# ---- milestones: what the verifier credits, each with the agent turn it happened (the derived envs' shaped reward)
+READ_TOOLS = ("get_user_details", "get_order_details", "get_product_details")
+
+
+def milestone_events(
+    task: Task, calls: Sequence[CallRecord], user: UserRecords
+) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(events, violations), each ``(agent turn, key)`` in turn order.
+
+    Events are the steps the verifier credits: ``authenticated`` (the task's user found), ``read <tool> <args>``
+    (a record read), ``told <fact>`` (the user gave a fact the agent asked for), ``confirmed <order> <tool>``
+    (the user's yes to a proposal naming the write), ``write <tool> <args>`` (a write carried out),
+    ``transfer`` and ``answered <request> <need>`` (a required fact told right, as the first answer).
+    Violations are what no continuation may repair: a broken policy rule (:data:`RULES`), a carried-out
+    write that is no expected write (a wrong write), a required fact answered wrong or hedged (a wrong
+    answer), a message spraying amounts."""
+    events: list[tuple[int, str]] = []
+    for c in calls:
+        if c.error is not None:
+            continue
+        if c.name in AUTH_TOOLS and c.output == task.user_id:
+            events.append((c.turn, "authenticated"))
+        elif c.name in READ_TOOLS or c.name in WRITE_TOOLS:
+            kind = "read" if c.name in READ_TOOLS else "write"
+            events.append((c.turn, f"{kind} {c.name} {normal_arguments(c.arguments)}"))
+        elif c.name == "transfer_to_human_agents":
+            events.append((c.turn, "transfer"))
+    events += [(turn, f"told {fact}") for fact, turn in user.told.items()]
+    events += [(turn, f"confirmed {order} {tool}") for turn, order, tool in _confirmed(user)]
+    violations = list(violation_events(task, calls, user))
+    expected = {(w.tool, normal_arguments(w.args)) for r in task.requests for w in r.writes}
+    violations += [
+        (c.turn, "wrong_write")
+        for c in calls
+        if c.name in WRITE_TOOLS
+        and c.error is None
+        and (c.name, normal_arguments(c.arguments)) not in expected
+    ]
+    violations += [(turn, "amount_spraying") for turn, text in user.heard if sprayed(text)]
+    for index, request in enumerate(task.requests):
+        heard = user.heard_during(index)
+        messages = [text for _, text in heard]
+        for need in request.needs:
+            if stated(need, messages) and not told(need, messages):
+                violations.append((_first_stated(need, heard), "wrong_answer"))
+            elif told(need, messages):
+                events.append((_first_stated(need, heard), f"answered {index} {need.name}"))
+    return sorted(events), sorted(violations)
+
+
+def _first_stated(need: Any, heard: list[tuple[int, str]]) -> int:
+    return next(turn for turn, text in heard if answer(need, text))
