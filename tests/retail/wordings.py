@@ -928,3 +928,175 @@ FRESH_6: dict[str, tuple[Wording, ...]] = {
         lambda m: f"No results for {m.group(1)}. Let me know what was in the order and I'll search that way.",
     ),
 }
+
+
+# ---- round seven (fresh): written after rounds five and six had been measured and their classes fixed; never
+# used for fixing. Round six, written with round five, became a fixing round once it had been measured.
+def _numbered(m: re.Match[str]) -> str:
+    rows = _bullets(m).split("\n")[1:]
+    return "\n".join(f"{i}. {row[2:]}" for i, row in enumerate(rows, 1)) + "\nPlease confirm."
+
+
+def _amount_first(m: re.Match[str]) -> str:
+    p, d = plan(m), plan(m).details
+    if p.kind == "cancel":
+        return (
+            f"{d['amount']} will be refunded to your original payment method once I cancel {p.order} "
+            f"({d['reason']}). Should I go ahead?"
+        )
+    if p.kind == "address":
+        street, city, state, zip_code, country = p.address_parts()
+        return (
+            f"ZIP {zip_code}, {city}, {state}, {country} - {street}: that's where order {p.order} will ship "
+            "from now on. Should I go ahead?"
+        )
+    if p.kind in ("modify", "exchange"):
+        return (
+            f"{d['amount']} will be {d['direction']} {d['method']} for the {p.kind} of {p.swaps()} in order "
+            f"{p.order}. Should I go ahead?"
+        )
+    return (
+        f"{d['amount']} will be refunded to {d['method']} for returning items {d['items']} from order "
+        f"{p.order}. Should I go ahead?"
+    )
+
+
+FRESH_7: dict[str, tuple[Wording, ...]] = {
+    "email": (
+        lambda m: "Your email?",
+        lambda m: (
+            "Hi! I'm sorry to hear about the trouble. I'll be glad to sort this out. Could you first tell me "
+            "which email address your account is registered under, so I can verify it's you?"
+        ),
+        lambda m: "Could you provide the e-mail linked to your customer account?",
+        lambda m: "What's your account e-mail? Alternatively, your name and ZIP code work too.",
+        lambda m: "May I have the email you use for your orders?",
+        lambda m: "Let's start with verification: the email address, please.",
+        lambda m: "What email did you sign up with?",
+        lambda m: "I'll need the email address on your account to continue - what is it?",
+    ),
+    "name_zip": (
+        lambda m: "Nothing under that email. Name + ZIP?",
+        lambda m: (
+            "Thank you for that. Unfortunately, I wasn't able to find an account with that email address. To "
+            "try another way, could you please share your first name, last name, and the ZIP code on your "
+            "account?"
+        ),
+        lambda m: "That e-mail didn't match. What's your full name and postal code?",
+        lambda m: (
+            "I can't locate an account with that email. Could you tell me your name and zip code instead?"
+        ),
+        lambda m: (
+            "No user found with that email. Please give me your first and last name plus your ZIP code."
+        ),
+        lambda m: "That email doesn't seem to be registered. May I have your full name and zip code?",
+        lambda m: "Hmm, no luck. Let's try your name and ZIP code - what are they?",
+        lambda m: (
+            "The email you gave isn't in our system. Could I get your name and the ZIP code of your address?"
+        ),
+    ),
+    "order_id": (
+        lambda m: "Order ID?",
+        lambda m: (
+            "Sure thing. Could you please tell me the order number of the order you'd like to cancel? It begins "
+            "with #W."
+        ),
+        lambda m: "What's the number on the order?",
+        lambda m: "Which order should be cancelled? Please share its ID.",
+        lambda m: "Can you let me know the order number?",
+        lambda m: "Do you happen to have the order ID?",
+        lambda m: "Which order is this regarding?",
+        lambda m: "I'll need the order ID to look into it - could you send it?",
+    ),
+    "reason": (
+        lambda m: "Why?",
+        lambda m: (
+            "Understood. Our system asks for a cancellation reason - could you tell me whether it's no longer "
+            "needed or was ordered by mistake?"
+        ),
+        lambda m: "What's the reason you'd like to cancel?",
+        lambda m: "May I ask the reason for the cancellation?",
+        lambda m: "Could you tell me why you're cancelling this order?",
+        lambda m: "Why do you no longer want it?",
+        lambda m: "What is your reason for cancelling?",
+        lambda m: f"Before I cancel {m.group(1)}: what's the reason?",
+    ),
+    "address": (
+        lambda m: "New shipping address?",
+        lambda m: (
+            "Of course! I'd be glad to update it. Please provide your new address in full - street, apartment "
+            "or suite if any, city, state, ZIP code and country."
+        ),
+        lambda m: "What's your new street address?",
+        lambda m: "Where should the package be delivered now?",
+        lambda m: f"Which address should {m.group(1)} ship to?",
+        lambda m: "Could you tell me the new address you'd like to use?",
+        lambda m: "What is the updated address?",
+        lambda m: "Where have you moved to?",
+    ),
+    "payment": (
+        lambda m: "Which method?",
+        lambda m: (
+            "Thanks! Lastly, could you let me know which of your saved payment methods you'd like me to use for "
+            "this?"
+        ),
+        lambda m: "What payment method do you want to use?",
+        lambda m: "Which card or account would you like to use?",
+        lambda m: "How do you want the difference handled - which payment method?",
+        lambda m: "Which payment method would you prefer?",
+        lambda m: "Should I use your credit card, PayPal, or a gift card?",
+        lambda m: "What would you like to pay with?",
+    ),
+    "confirmation": (
+        lambda m: f"{_short(m)} - confirm?",
+        lambda m: (
+            "Thank you for confirming those details. To make sure we're on the same page, here is the action "
+            f"I'm about to take: {m.group(1)} Would you like me to go ahead with this?"
+        ),
+        _numbered,
+        lambda m: [f"Here's what I'd do: {_short(m)}.", "Okay to go ahead?"],
+        lambda m: f"Do you want me to {_bare(m)}?",
+        lambda m: f"Please confirm: {_short(m)}.",
+        _amount_first,
+        lambda m: f"So I'll {m.group(1)} Sound good?",
+    ),
+    "unavailable": (
+        lambda m: f"{m.group(1)}: unavailable.",
+        lambda m: (
+            "I'm sorry to let you know that, having checked the product details, the "
+            f"{m.group(1)} is currently out of stock, so I'm unable to make that change."
+        ),
+        lambda m: f"The {m.group(1)} isn't in stock right now.",
+        lambda m: f"We're out of the {m.group(1)}.",
+        lambda m: f"Unfortunately, the {m.group(1)} is listed as unavailable.",
+        lambda m: f"The {m.group(1)} is not available at the moment.",
+        lambda m: f"It turns out the {m.group(1)} is sold out.",
+        lambda m: f"We can't get the {m.group(1)} at the moment.",
+    ),
+    "balance": (
+        lambda m: f"Gift card balance {m.group(2)}, difference {m.group(1)} - not enough.",
+        lambda m: (
+            f"I've checked your gift card, and I'm sorry to say its balance of {m.group(2)} isn't sufficient "
+            f"to cover the price difference of {m.group(1)}."
+        ),
+        lambda m: f"Your gift card doesn't have enough funds: {m.group(2)} against {m.group(1)}.",
+        lambda m: f"The gift card can't cover the {m.group(1)} difference since its balance is {m.group(2)}.",
+        lambda m: f"The price difference ({m.group(1)}) is more than your gift card balance of {m.group(2)}.",
+        lambda m: f"Your gift card's {m.group(2)} won't be enough for the {m.group(1)} difference.",
+        lambda m: f"The gift card only has {m.group(2)}, and the difference is {m.group(1)}.",
+        lambda m: f"There isn't enough on your gift card ({m.group(2)}) to pay the {m.group(1)} difference.",
+    ),
+    "not_found": (
+        lambda m: f"{m.group(1)} - no such order. What was in it?",
+        lambda m: (
+            f"I'm sorry, but I couldn't locate any order with the number {m.group(1)}. Could you tell me a bit "
+            "more about it, for example one of the items you ordered?"
+        ),
+        lambda m: f"Order {m.group(1)} isn't in our system. What else do you remember?",
+        lambda m: f"I'm not finding {m.group(1)}. Do you remember what you bought?",
+        lambda m: f"There's no order {m.group(1)}. Which item was in it?",
+        lambda m: f"That order number doesn't exist ({m.group(1)}). Can you describe the order?",
+        lambda m: f"{m.group(1)} returned nothing. What did you order?",
+        lambda m: f"Unable to find order {m.group(1)}. Let me know anything else you remember about it.",
+    ),
+}
