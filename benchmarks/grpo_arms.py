@@ -1,0 +1,283 @@
+"""Issue 29's arms: what keeps a small agent's GRPO groups informative on a target-derived capability env.
+
+Each arm trains one LoRA adapter from the same base (the demo's warm-started agent) on the same capability env,
+with the same seeds and the same rollout budget (refills and rescues included), and differs only in its
+mechanism:
+
+| arm | start depth | reward | rescue hints |
+|---|---|---|---|
+| fixed | ``--level`` (today's calibrated level) | success | off |
+| adaptive | adaptive (reverse curriculum) | success | off |
+| shaped | ``--level`` | the env's declared milestones | off |
+| rescue | ``--level`` | success | on |
+| all | adaptive | milestones | on |
+
+Then, for the base and every arm:
+
+* the env's success at the deepest start (level 4: the whole target task) on held-out tasks (the capability
+  env's own test split, itself inside the target's *train* split);
+* success on the target's test tasks that need the capability (paired against the base, same tasks).
+
+Prints the tables, writes ``<out>/arms.json`` and ``<out>/arms.png`` (informative-group share and reward per
+step). Slow on a CPU (tens of minutes at the defaults); CPU and sizes are printed with the figures.
+
+    python benchmarks/grpo_arms.py --policy runs/demo/01-base/model --capability precise-arguments
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ARMS: dict[str, dict[str, Any]] = {
+    "fixed": {},
+    "adaptive": {"curriculum": "adaptive"},
+    "shaped": {"reward": "shaped"},
+    "rescue": {"rescue_fraction": 0.5},
+    "all": {"curriculum": "adaptive", "reward": "shaped", "rescue_fraction": 0.5},
+}
+
+
+@dataclass
+class Settings:
+    policy: str
+    capability: str
+    target: str
+    target_difficulty: int | None
+    arms: list[str]
+    budget: int
+    group_size: int
+    groups_per_step: int
+    level: int
+    max_turns: int
+    max_new_tokens: int
+    env_eval: int
+    target_eval: int
+    lr: float
+    out: Path
+    dtype: str
+
+
+def cpu_name() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if "Model name" in line)
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown CPU"
+
+
+def register_capability_env(s: Settings) -> str:
+    """The target-derived env for the capability, on the target at ``--target-difficulty``, in this process."""
+    import gymnasium as gym
+
+    from trace_gym.derived.registration import ENTRY_POINT, derived_id
+    from trace_gym.registration import register_env
+
+    env_id = derived_id(s.target, s.capability).replace("-v0", f"-arms-d{s.target_difficulty}-v0")
+    if env_id not in gym.registry:
+        kwargs = {} if s.target_difficulty is None else {"difficulty": s.target_difficulty}
+        register_env(
+            env_id,
+            entry_point=ENTRY_POINT,
+            kwargs={"target_id": s.target, "capability": s.capability, "target_kwargs": kwargs},
+        )
+    return env_id
+
+
+def target_test_specs(s: Settings) -> list[Any]:
+    """The first ``target_eval`` test tasks of the target whose task exercises the capability."""
+    from trace_gym.registration import make_env
+    from trace_gym.seeds import reset_seed
+    from trace_train.rollout import ResetSpec
+
+    probe = make_env(s.target)
+    specs, index = [], 0
+    try:
+        while len(specs) < s.target_eval and index < 20 * s.target_eval + 200:
+            seed = reset_seed("test", index, probe)
+            options: dict[str, Any] = {"split": "test"}
+            if s.target_difficulty is not None:
+                options["difficulty"] = s.target_difficulty
+            probe.reset(seed=seed, options=options)
+            if s.capability in probe.unwrapped.task_capabilities():
+                specs.append(
+                    ResetSpec(seed=seed, group=len(specs), split="test", difficulty=s.target_difficulty)
+                )
+            index += 1
+    finally:
+        probe.close()
+    return specs
+
+
+def episodes(policy: Any, env_id: str, specs: list[Any], s: Settings) -> list[dict[str, Any]]:
+    from trace_train.episodes import run_episodes
+    from trace_train.rollout import SamplingConfig
+
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=s.max_new_tokens)
+    return run_episodes(policy, env_id, specs, sampling, max_turns=s.max_turns, batch_size=16)
+
+
+def evaluate(policy_dir: str, adapter: str | None, env_id: str, s: Settings, target_specs: list[Any]):
+    """(successes at the deepest start on the env's held-out tasks, per-task target test rewards)."""
+    from trace_gym.derived.levels import LEVELS
+    from trace_train.policy_factory import make_policy
+    from trace_train.rollout import ResetSpec
+
+    policy = make_policy(policy_dir, adapter=adapter, dtype=s.dtype)
+    deepest = max(LEVELS)
+    env_specs = [ResetSpec(seed=i, group=i, split="test", difficulty=deepest) for i in range(s.env_eval)]
+    env_records = episodes(policy, env_id, env_specs, s)
+    target_records = episodes(policy, s.target, target_specs, s)
+    return [r["reward"] >= 1.0 for r in env_records], [float(r["reward"]) for r in target_records]
+
+
+def train_arm(name: str, env_id: str, s: Settings) -> dict[str, Any]:
+    from trace_train.config import GRPOArgs
+    from trace_train.grpo.trainer import GRPOTrainer
+
+    out = s.out / name
+    steps = -(-s.budget // (s.groups_per_step * s.group_size)) * 4  # the budget, not the steps, ends the run
+    args = GRPOArgs(
+        env_id=env_id,
+        model=s.policy,
+        out=str(out),
+        steps=steps,
+        rollout_budget=s.budget,
+        groups_per_step=s.groups_per_step,
+        group_size=s.group_size,
+        difficulty=s.level,
+        max_turns=s.max_turns,
+        max_new_tokens=s.max_new_tokens,
+        micro_batch_size=4,
+        lr=s.lr,
+        dtype=s.dtype,
+        save_every=0,
+        seed=0,
+        tensorboard=False,
+        progress=False,
+        **ARMS[name],
+    )
+    started = time.time()
+    trainer = GRPOTrainer(args)
+    trainer.train()
+    adapter = out / "adapter"
+    if not adapter.is_dir():
+        trainer.policy.model.save_pretrained(adapter)
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {
+        "arm": name,
+        "settings": ARMS[name],
+        "adapter": str(adapter),
+        "rollouts": trainer.state["rollouts"],
+        "steps": trainer.state["step"],
+        "train_wall_s": round(time.time() - started, 1),
+        "informative": [m.get("informative_group_share") for m in metrics],
+        "reward": [m.get("reward_mean") for m in metrics],
+        "level": [m.get("level_mean") for m in metrics],
+        "rescued": [m.get("rescue_success_rate") for m in metrics],
+    }
+
+
+def paired(base: list[float], arm: list[float]) -> str:
+    from trace_train.stats import mcnemar_exact
+
+    test = mcnemar_exact([a >= 1.0 for a in arm], [b >= 1.0 for b in base])
+    gained = sum(1 for b, a in zip(base, arm, strict=True) if a >= 1.0 > b)
+    lost = sum(1 for b, a in zip(base, arm, strict=True) if b >= 1.0 > a)
+    return f"+{gained}/-{lost} (exact McNemar p {test['p_value']:.3f})"
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    for r in results:
+        steps = range(1, len(r["informative"]) + 1)
+        axes[0].plot(steps, r["informative"], marker="o", label=r["arm"])
+        axes[1].plot(steps, r["reward"], marker="o", label=r["arm"])
+    axes[0].set(title="informative-group share", xlabel="step", ylim=(-0.05, 1.05))
+    axes[1].set(title="mean training reward", xlabel="step", ylim=(-0.05, 1.05))
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--policy", required=True, help="the base agent (the demo's warm-started model directory)")
+    p.add_argument("--capability", default="precise-arguments")
+    p.add_argument("--target", default="trace/retail-v2")
+    p.add_argument("--target-difficulty", type=int, default=1, help="the demo's target difficulty")
+    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--budget", type=int, default=24, help="rollouts per arm (refills and rescues included)")
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--groups-per-step", type=int, default=2)
+    p.add_argument("--level", type=int, default=1, help="the fixed arms' start depth")
+    p.add_argument("--max-turns", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--env-eval", type=int, default=16, help="held-out env tasks at the deepest start")
+    p.add_argument("--target-eval", type=int, default=24, help="target test tasks that need the capability")
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--out", default="benchmarks/results/grpo_arms")
+    ns = p.parse_args(argv)
+    s = Settings(**{**vars(ns), "arms": ns.arms.split(","), "out": Path(ns.out)})
+    unknown = [a for a in s.arms if a not in ARMS]
+    if unknown:
+        p.error(f"unknown arms {unknown}; known: {list(ARMS)}")
+    s.out.mkdir(parents=True, exist_ok=True)
+    env_id = register_capability_env(s)
+    specs = target_test_specs(s)
+    print(f"{cpu_name()}; env {env_id}; budget {s.budget} rollouts per arm; {len(specs)} target test tasks")
+    started = time.time()
+    base_env, base_target = evaluate(s.policy, None, env_id, s, specs)
+    results = []
+    for name in s.arms:
+        r = train_arm(name, env_id, s)
+        r["env_success"], r["target_rewards"] = evaluate(s.policy, r["adapter"], env_id, s, specs)
+        results.append(r)
+        print(
+            f"{name}: {r['rollouts']} rollouts, {r['train_wall_s']} s, informative {r['informative']}",
+            flush=True,
+        )
+    print(
+        f"\nbase: env (deepest start) {sum(base_env)}/{len(base_env)}, target {sum(x >= 1.0 for x in base_target)}/{len(specs)}"
+    )
+    print(
+        "| arm | rollouts | steps | informative share per step | levels | env success (deepest) "
+        "| target success | paired vs base |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        fmt = ", ".join(f"{x:.2f}" if x is not None else "-" for x in r["informative"])
+        levels = ", ".join(f"{x:.1f}" if x is not None else "-" for x in r["level"])
+        print(
+            f"| {r['arm']} | {r['rollouts']} | {r['steps']} | {fmt} | {levels} | "
+            f"{sum(r['env_success'])}/{len(r['env_success'])} | "
+            f"{sum(x >= 1.0 for x in r['target_rewards'])}/{len(specs)} | {paired(base_target, r['target_rewards'])} |"
+        )
+    document = {
+        "cpu": cpu_name(),
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(s).items()},
+        "env_id": env_id,
+        "target_test_seeds": [spec.seed for spec in specs],
+        "base": {"env_success": base_env, "target_rewards": base_target},
+        "arms": results,
+        "wall_s": round(time.time() - started, 1),
+    }
+    (s.out / "arms.json").write_text(json.dumps(document, indent=2) + "\n")
+    plot(results, s.out / "arms.png")
+    print(f"wrote {s.out / 'arms.json'} and {s.out / 'arms.png'} ({document['wall_s']} s)")
+
+
+if __name__ == "__main__":
+    main()
