@@ -1,0 +1,177 @@
+"""Derived capability envs on retail (trace/retail-v2): the milestone reward from retail's verifier events, the
+sources another task's continuation passes, and the agent lacking a capability from the start point on."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import pytest
+
+import trace_gym  # noqa: F401 - registers trace/retail-v2
+from trace_gym.derived.env import DerivedCapabilityEnv
+from trace_gym.derived.levels import LEVELS
+from trace_gym.derived.pool import sources
+from trace_gym.derived.shaped import SHAPED_KEY, event_milestones
+from trace_gym.targets.retail.tasks import CAPABILITIES
+from trace_gym.targets.retail.tools import WRITE_TOOLS
+
+TARGET = "trace/retail-v2"
+WINDOW = 40  # train seeds scanned: enough sources for a few seeds per env, a few seconds per capability
+SEEDS = 3
+GOODBYE = "Thank you, goodbye."
+
+
+def make(capability: str, level: int = 1) -> DerivedCapabilityEnv:
+    return DerivedCapabilityEnv(target_id=TARGET, capability=capability, difficulty=level, window=WINDOW)
+
+
+def play(env, actions, max_steps: int = 120):
+    for action in [*actions, *[GOODBYE] * max_steps]:
+        result = env.step(action)
+        if result[2] or result[3]:
+            return result
+    raise AssertionError("the episode did not end")
+
+
+def milestones(result) -> float:
+    return result[4]["reward_components"][SHAPED_KEY]
+
+
+def write_index(actions) -> int | None:
+    return next(
+        (
+            i
+            for i, a in enumerate(actions)
+            if any(c["function"]["name"] in WRITE_TOOLS for c in a.get("tool_calls") or [])
+        ),
+        None,
+    )
+
+
+@pytest.mark.parametrize("capability", CAPABILITIES)
+def test_oracle_continuation_earns_every_milestone_and_idle_talk_none(capability):
+    env = make(capability)
+    for level in LEVELS:
+        for seed in range(SEEDS):
+            env.reset(seed=seed, options={"split": "train", "difficulty": level})
+            result = play(env, env.oracle_actions())
+            assert result[1] == 1.0 and milestones(result) == 1.0, (seed, level)
+            env.reset(seed=seed, options={"split": "train", "difficulty": level})
+            result = play(env, [])  # only talks from the start point on
+            assert result[1] == 0.0 and milestones(result) == 0.0, (seed, level)
+
+
+def test_oracle_stop_after_k_actions_earns_a_share_strictly_between():
+    env = make("precise-arguments", level=4)
+    shares = []
+    for seed in range(SEEDS):
+        env.reset(seed=seed, options={"split": "train"})
+        continuation = env.oracle_actions()
+        stop = write_index(continuation)  # stops right before its first write
+        assert stop is not None
+        result = play(env, continuation[: stop + 1][:stop])
+        assert result[1] == 0.0
+        shares.append(milestones(result))
+        env.reset(seed=seed, options={"split": "train"})
+        longer = milestones(play(env, continuation[: stop + 1]))  # ... or right after it
+        assert shares[-1] < longer  # more of the oracle's way, more milestones
+    assert all(0.0 < share < 1.0 for share in shares), shares
+
+
+def test_a_wrong_write_earns_nothing():
+    """From the beginning (level 4), a cancellation with the other reason: carried out and confirmed, every
+    milestone before it reached, no policy rule broken, but not the expected write (a wrong write)."""
+    env = make("precise-arguments", level=4)
+    checked = 0
+    for seed in range(40):
+        env.reset(seed=seed, options={"split": "train"})
+        continuation = env.oracle_actions()
+        index = write_index(continuation)
+        call = continuation[index]["tool_calls"][0]["function"]
+        if call["name"] != "cancel_pending_order":
+            continue
+        arguments = json.loads(call["arguments"])
+        arguments["reason"] = {"no longer needed": "ordered by mistake"}.get(
+            arguments["reason"], "no longer needed"
+        )
+        write = continuation[index]["tool_calls"][0]
+        wrong = {
+            **continuation[index],
+            "tool_calls": [{**write, "function": {**call, "arguments": json.dumps(arguments)}}],
+        }
+        result = play(env, [*continuation[:index], wrong, *continuation[index + 1 :]])
+        assert result[1] == 0.0 and milestones(result) == 0.0
+        checked += result[4]["reward_components"]["policy"] == 1.0  # no rule broken: only the write is wrong
+    assert checked >= 2
+
+
+def test_a_policy_violation_earns_nothing():
+    """The agent lacking policy-adherence writes without the user's yes: every other milestone reached."""
+    env = make("policy-adherence", level=4)
+    for seed in range(SEEDS):
+        env.reset(seed=seed, options={"split": "train"})
+        result = play(env, env.oracle_actions(without="policy-adherence"))
+        if result[4]["reward_components"]["policy"] < 1.0:
+            assert milestones(result) == 0.0
+
+
+def test_event_milestones_rule():
+    oracle = [(1, "authenticated"), (2, "read a"), (3, "write w"), (4, "answered 0 total")]
+    agent = [(1, "authenticated"), (3, "read a"), (5, "write w")]
+    # start after turn 1: authenticated is the prefix's, not paid for; read and write reached, answer missed
+    assert event_milestones(0.0, oracle, agent, [], start_turn=1) == pytest.approx(2 / 4)
+    assert event_milestones(0.0, oracle, agent, [(4, "wrong_write")], start_turn=1) == 0.0
+    # the prefix's events do not count for the agent: the oracle's read at turn 2 must be the agent's own
+    assert event_milestones(0.0, oracle, [(2, "read a")], [], start_turn=2) == 0.0
+    # ordered: a later milestone without the earlier one earns nothing
+    assert event_milestones(0.0, oracle, [(5, "write w")], [], start_turn=1) == 0.0
+    assert event_milestones(1.0, oracle, [*agent, (6, "answered 0 total")], [], start_turn=1) == 1.0
+
+
+@pytest.mark.slow
+def test_no_source_is_passed_by_another_tasks_continuation():
+    """A later request that is a lone transfer (free-text summary) was multi-step-completion's decision point
+    that another seed's oracle passed; such starts are no source."""
+    target = gym.make(TARGET).unwrapped
+    pool = sources(TARGET, {}, "multi-step-completion", 200)
+    lone_transfers = 0
+    for source in pool["train"] + pool["test"]:
+        target.reset(seed=source.target_seed, options={"split": "train"})
+        rest = target.oracle_actions()[source.decision_point :]
+        names = [c["function"]["name"] for a in rest for c in a.get("tool_calls") or []]
+        lone_transfers += names == ["transfer_to_human_agents"] and len(rest) == 1
+    assert lone_transfers == 0
+    # the decision points exist in the window: the filter, not the generator, removed them
+    found = 0
+    for seed in range(200):
+        target.reset(seed=seed, options={"split": "train"})
+        for point in target.decision_points().get("multi-step-completion", []):
+            rest = target.oracle_actions()[point:]
+            found += (
+                len(rest) == 1
+                and rest[0].get("tool_calls", [{}])[0].get("function", {}).get("name")
+                == "transfer_to_human_agents"
+            )
+    assert found > 0
+
+
+def test_agent_lacking_a_capability_acts_from_the_start_point():
+    env = make("multi-step-completion")
+    assert set(env.ablatable_capabilities) == set(env.target.ablatable_capabilities)
+    for seed in range(SEEDS):
+        env.reset(seed=seed, options={"split": "train", "difficulty": 4})
+        assert env.oracle_actions(without="policy-adherence") == env.target.oracle_actions(
+            without="policy-adherence"
+        )
+        env.reset(seed=seed, options={"split": "train", "difficulty": 1})
+        # at its decision point (a later request's first action) the agent lacking it only says goodbye
+        ablated = env.oracle_actions(without="multi-step-completion")
+        assert all(not a.get("tool_calls") for a in ablated)
+        assert play(env, ablated)[1] == 0.0
+        env.reset(seed=seed, options={"split": "train", "difficulty": 1})
+        ablated = env.oracle_actions(without="information-gathering")
+        if ablated == env.oracle_actions():  # the continuation asks nothing: that agent is the oracle there
+            assert play(env, ablated)[1] == 1.0
+    with pytest.raises(ValueError):
+        env.oracle_actions(without="structured-reasoning")  # retail has no such ablation
