@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trace_gym.targets.retail.reading import asked_slots, reports
+from trace_gym.targets.retail.reading import asked_slots, confirmation_request, reports
 
 
 # ---- requests phrased as a need or an offer, and a "which" pointing back at the choices -----------------------
@@ -120,3 +120,61 @@ def test_negated_seeing_reports_not_found(text: str):
 
 def test_seeing_an_order_reports_no_not_found():
     assert not reports("I can see order #W1234567 in the system.", "not_found")
+
+
+# ---- classes found by round six (measured once, then fixed; round seven is the fresh one) ----------------------
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Should we swap item 1111111111 -> 2222222222 in order #W1234567. The $4.00 goes to your PayPal?",
+        "Summary: cancel #W1234567 (no longer needed), $9.00 back to your card. Yes/no?",
+        "Recap - return item 1111111111 of #W1234567, $9.00 to gift_card_1234567. Yes or no?",
+        "Can we request a return of item 1111111111 from #W1234567, refunding $9.00 to your card?",
+        "Shall I request the exchange of item 1111111111 in #W1234567?",
+    ],
+)
+def test_yes_no_questions_by_inversion_or_yes_or_no_are_proposals(text: str):
+    assert confirmation_request(text), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "May I request your email?",
+        "Which card should I use for the difference?",
+        "Thanks. I will look into order #W1234567 now.",
+    ],
+)
+def test_requests_for_information_are_no_proposals(text: str):
+    assert not confirmation_request(text), text
+
+
+def test_may_i_request_still_asks_for_the_slot():
+    assert asked_slots("May I request your email?") == {"email"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The green variant can't be bought at the moment.",
+        "That size cannot be sourced at present.",
+        "You can't purchase the 2L kettle right now.",
+    ],
+)
+def test_negated_acquisition_reports_unavailable(text: str):
+    assert reports(text, "unavailable"), text
+
+
+def test_a_purchase_that_can_be_made_reports_nothing():
+    assert not reports("The 2L kettle can be bought right now.", "unavailable")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Your gift card can only cover $5.00 of it.",
+        "The gift card will just pay for $3.00 of the difference.",
+    ],
+)
+def test_a_gift_card_that_covers_only_part_reports_the_balance(text: str):
+    assert reports(text, "balance"), text

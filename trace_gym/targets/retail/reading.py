@@ -34,7 +34,8 @@ NEGATOR = re.compile(
 )
 # What makes a sentence a request (it asks the reader to say or do something).
 REQUEST = re.compile(
-    r"\?|^\W*(?:please\s+)?(?:tell|give|send|share|provide|confirm|type|enter|list|say|"
+    r"\?|^\W*(?:shall|should|may|can|could|would|will|do|does|did) (?:i|we|you)\b"
+    r"|^\W*(?:please\s+)?(?:tell|give|send|share|provide|confirm|type|enter|list|say|"
     r"specify|name|write|spell|verify|choose|pick|select|describe|explain|reply|respond)\b"
     r"|\b(?:please|kindly)\b(?! (?:note|be aware|bear|hold|wait|allow|stand by|rest assured))"
     r"|\b(?:could|can|would|will) you\b|\bmay i (?:have|ask|get|know|see)\b"
@@ -83,7 +84,9 @@ EMAIL_CONTEXT = re.compile(
 CONFIRM = re.compile(
     r"\bconfirm\w*|\bproceed\w*|\bgo ahead\b|\bgo-ahead\b"
     # "may I know/ask/have ..." asks for information, not for a yes
-    r"|\b(?:shall|should|may|can) (?:i|we)\b(?! (?:know|ask|have|get|see|request|check|find|verify|learn|hear)\b)"
+    r"|\b(?:shall|should|may|can) (?:i|we)\b(?! (?:know|ask|have|get|see|check|find|verify|learn|hear)\b)"
+    # "may I request your email?" asks; "shall I request an exchange / a return?" proposes
+    r"(?! request\b(?! (?:an?|the) (?:exchange|return|refund|cancell?ation)))"
     r"|\bok(?:ay)? (?:to|with|if)\b|\bis (?:this|that|everything|all of this|all this|it) (?:ok|okay|correct|right|alright|all right|fine|accurate|good)\b"
     r"|\b(?:does|do|did) (?:this|that|these|those|everything|it|all|all of this)(?: (?:above|below|here|i (?:said|described|listed)))? (?:look|sound|seem)\b"
     r"|\b(?:look|looks|sound|sounds|seem|seems) (?:right|good|correct|ok|okay|fine|alright|all right)\b"
@@ -120,7 +123,8 @@ OBSTACLES: dict[str, re.Pattern[str]] = {
         r"\bunavailable\b|\bout[ -]of[ -]stock\b|\b(?:sold|run|ran|running|runs) out\b|\bsold[ -]out\b|\bno longer (?:available|offered|sold|in stock|carried|stocked)"
         r"|\bnot (?:currently |presently )?(?:available|in stock|offered|sold|possible to get|stocked|orderable)"
         r"|\b(?:isn|aren|wasn|weren)[’']?t (?:currently |presently )?(?:available|in stock|offered|sold|stocked|orderable)"
-        r"|\b(?:can|could)(?:[’']t|n[’']t|not| not) (?:be )?(?:ordered|selected|chosen|supplied|offered|shipped|had)"
+        r"|\b(?:can|could)(?:[’']t|n[’']t|not| not) (?:be )?(?:ordered|selected|chosen|supplied|offered|shipped|had|purchased|bought|obtained|sourced"
+        r"|provided|fulfilled|added|switched to|got|gotten)"
         r"|\bno (?:stock|availability|inventory)\b|\bnone (?:left|in stock)\b"
         # the variant's options ("color: red, size: L") may sit between "no" and "in stock"; no verb may
         r"|\bno\s(?!(?:problem|worries|worry|issue|doubt|question|need|matter|change)s?\b)"
@@ -146,17 +150,18 @@ BALANCE_SENTENCE = re.compile(
     r"(?:\bnot|n[’']t|\bcannot|\bunable to|\bno way to)\b[^.?!]{0,24}\b(?:charg|us(?:e|ed|ing)\b|appl(?:y|ied)\b"
     r"|put\b|bill|draw|tak(?:e|en)\b|work|go through|process|be enough|suffice"
     r"|do\b(?=\s*(?:[:;,.!-]|for\b|here\b|$)))"
+    r"|\b(?:only|just|merely)\s+(?:cover|pay|fund|go toward|take care of)\w*"
     r"|\b(?:only|just|merely|a mere|no more than)\s+(?:has |holds |contains |have |carries |got |left |remaining )?(?:\$|usd ?)?\d",
     re.IGNORECASE,
 )
 # "We don't have / no longer carry the X in stock": a negated having, in a sentence about stock or options.
 NOT_CARRIED = re.compile(
-    r"(?:\bno longer|\bcannot|\bnot|n[’']t)\b[^.?!]{0,30}\b(?:have|carry|stock|offer|sell|supply|provide|get)\b",
+    r"(?:\bno longer|\bcannot|\bnot|n[’']t)\b[^.?!]{0,30}\b(?:have|carry|stock|offer|sell|supply|provide|get|buy|purchase)\b",
     re.IGNORECASE,
 )
 STOCK_TOPIC = re.compile(
     r"\bin stock\b|\bavailab\w*|\bstock\b|\bany ?more\b|\bvariant|\bversion|\boption|\bcolou?r|\bsize\b"
-    r"|\bmodel\b|\bstyle\b|\bright now\b|\bat the moment\b|\bcurrently\b",
+    r"|\bmodel\b|\bstyle\b|\bright now\b|\bat the moment\b|\bcurrently\b|\bat (?:this|present)\b|\bfor now\b",
     re.IGNORECASE,
 )
 # "available" / "in stock" after a negation in its clause ("we do not have that colour available").
@@ -226,13 +231,17 @@ def asked_slots(message: str) -> set[str]:
     return asked
 
 
+# "yes or no" / "yes/no" asks for a yes across the clause cut at "or"
+YES_NO = re.compile(r"\byes\s*(?:or|/)\s*no\b", re.IGNORECASE)
 WH_QUESTION = re.compile(r"^\W*(?:what|which|where|when|how|who|whom|whose|why)\b", re.IGNORECASE)
 
 
 def _asks_yes(sentence: str) -> bool:
     """A request for a yes: a confirmation phrase in a clause that is not a wh-question ("which card should I
     use?" asks for a card)."""
-    return is_request(sentence) and any(
+    if not is_request(sentence):
+        return False
+    return YES_NO.search(sentence) is not None or any(
         CONFIRM.search(c) and not WH_QUESTION.search(c) for c in clauses(sentence)
     )
 
