@@ -1100,3 +1100,147 @@ FRESH_7: dict[str, tuple[Wording, ...]] = {
         lambda m: f"Unable to find order {m.group(1)}. Let me know anything else you remember about it.",
     ),
 }
+
+
+# ---- round eight (fresh): written after round seven had been measured once and its classes fixed; never used
+# for fixing. Chat-style (lower case, "pls", "w/"), UK call-centre, markdown summaries.
+FRESH_8: dict[str, tuple[Wording, ...]] = {
+    "email": (
+        lambda m: "pls share your email",
+        lambda m: (
+            "Thank you for contacting customer support! I'm here to help you with this. For security purposes, "
+            "I first need to verify your identity. Could you please provide the email address associated with "
+            "your account?"
+        ),
+        lambda m: "Kindly share the e-mail address registered to your account.",
+        lambda m: "Which email address did you create your account with?",
+        lambda m: "Can you confirm the email on your account?",
+        lambda m: "To authenticate you, I'll require your email address.",
+        lambda m: "Hello, what's the email for your account, please?",
+        lambda m: "Could you provide either your email address or your full name and ZIP code?",
+    ),
+    "name_zip": (
+        lambda m: "no account w/ that email. name & zip?",
+        lambda m: (
+            "I do apologise, but I'm unable to find an account registered to that email address. Might I ask "
+            "for your full name and postcode instead, so that I can search by those details?"
+        ),
+        lambda m: (
+            "That email isn't registered. Could you give me the first and last name on the account, plus the "
+            "zip code?"
+        ),
+        lambda m: "I couldn't find you by email. What's your name and ZIP code?",
+        lambda m: "There is no account for that e-mail address. Please tell me your full name and your zip.",
+        lambda m: "Sorry, no hit on that email. Can I have your name and postal code?",
+        lambda m: "The email doesn't match our records. Your full name and ZIP, please?",
+        lambda m: "That didn't work, I'm afraid. Could you share the name and zip code on your account?",
+    ),
+    "order_id": (
+        lambda m: "order #?",
+        lambda m: (
+            "Certainly, I can help you cancel an order. Could you please provide the order ID (it looks like "
+            "#W followed by seven digits)?"
+        ),
+        lambda m: "Could you share the ID of the order?",
+        lambda m: "Which order would you like me to cancel? The order number, please.",
+        lambda m: "What's the order number you want cancelled?",
+        lambda m: "Do you have the order reference handy?",
+        lambda m: "Which of your orders needs cancelling?",
+        lambda m: "Please send the order number.",
+    ),
+    "reason": (
+        lambda m: "reason for cancelling?",
+        lambda m: (
+            "Thanks for that. Could you please let me know the reason for the cancellation - is the item no "
+            "longer needed, or was the order placed by mistake?"
+        ),
+        lambda m: "Why are you looking to cancel?",
+        lambda m: "What's prompting the cancellation?",
+        lambda m: "Can I ask why you want to cancel?",
+        lambda m: "Please tell me the reason for cancelling.",
+        lambda m: "Is there a reason you'd like to cancel it?",
+        lambda m: "And what's the reason for cancelling the order?",
+    ),
+    "address": (
+        lambda m: "new address pls",
+        lambda m: (
+            "Congratulations on the move! I can update the shipping address for that order. Please provide the "
+            "complete new address, including street address, city, state, ZIP code and country."
+        ),
+        lambda m: "What address should we send it to?",
+        lambda m: "Could you let me know the address you'd like the order shipped to?",
+        lambda m: "What's the delivery address now?",
+        lambda m: "Can you tell me your new address?",
+        lambda m: "Where do you want it delivered?",
+        lambda m: f"What should the shipping address on {m.group(1)} be?",
+    ),
+    "payment": (
+        lambda m: "payment method pls?",
+        lambda m: (
+            "Thank you! One last thing: which payment method on your account would you like to use for this?"
+        ),
+        lambda m: "Which card would you like to use?",
+        lambda m: "What payment method should I apply?",
+        lambda m: "How would you like to pay for the difference?",
+        lambda m: "Which of your payment options should I use?",
+        lambda m: "Could you tell me which payment method to use?",
+        lambda m: "Would you prefer your card, PayPal or gift card for this?",
+    ),
+    "confirmation": (
+        lambda m: f"confirm: {_short(m)}?",
+        lambda m: (
+            "Thank you for your patience! Here's a summary of the changes:\n\n"
+            + _bullets(m, bold=True)
+            + "\n\nPlease reply **yes** to confirm or **no** to stop here."
+        ),
+        lambda m: f"Just so we're clear, I'm going to {_bare(m)}. Okay?",
+        lambda m: [_bullets(m), "Is everything correct?"],
+        lambda m: f"Would you like me to {_bare(m)}?",
+        lambda m: "Let me confirm: " + _reordered(m).replace(" Is that OK?", " Right?"),
+        lambda m: f"I'll {m.group(1)} Can I proceed?",
+        lambda m: f"Please reply yes to {_short(m)}.",
+    ),
+    "unavailable": (
+        lambda m: f"{m.group(1)} - sorry, out of stock",
+        lambda m: (
+            f"I've checked the catalogue and regret to inform you that the {m.group(1)} is currently "
+            "unavailable, so I can't make that change."
+        ),
+        lambda m: f"The {m.group(1)} is not in stock at the moment.",
+        lambda m: f"The {m.group(1)} is no longer available.",
+        lambda m: f"Sorry, that one's unavailable: the {m.group(1)}.",
+        lambda m: f"We don't currently stock the {m.group(1)}.",
+        lambda m: f"The {m.group(1)} appears to be out of stock.",
+        lambda m: f"Sadly the {m.group(1)} can't be ordered at the moment.",
+    ),
+    "balance": (
+        lambda m: f"gift card only has {m.group(2)}, diff is {m.group(1)} - not enough",
+        lambda m: (
+            f"I'm afraid your gift card balance of {m.group(2)} is insufficient to cover the price difference "
+            f"of {m.group(1)}, so I won't be able to use it."
+        ),
+        lambda m: (
+            f"The gift card has a balance of {m.group(2)}, which doesn't cover the {m.group(1)} difference."
+        ),
+        lambda m: f"The difference ({m.group(1)}) exceeds the gift card's balance ({m.group(2)}).",
+        lambda m: (
+            f"Your gift card won't cover it: the difference is {m.group(1)} and the balance is {m.group(2)}."
+        ),
+        lambda m: f"The {m.group(2)} on your gift card is less than the {m.group(1)} price difference.",
+        lambda m: f"Unfortunately the gift card's {m.group(2)} isn't enough to pay {m.group(1)}.",
+        lambda m: f"There's not enough money on the gift card: {m.group(2)} for a {m.group(1)} difference.",
+    ),
+    "not_found": (
+        lambda m: f"can't find {m.group(1)}. what was in it?",
+        lambda m: (
+            f"I'm sorry for the inconvenience, but there's no record of order {m.group(1)} in our system. Could "
+            "you please tell me what items were in that order so I can find it another way?"
+        ),
+        lambda m: f"I couldn't find order {m.group(1)}. Do you recall what you ordered?",
+        lambda m: f"Order {m.group(1)} does not exist. What items did you buy?",
+        lambda m: f"{m.group(1)} isn't showing up on my end. What else can you tell me about the order?",
+        lambda m: f"There's no order under {m.group(1)}. What was in it?",
+        lambda m: f"I wasn't able to find {m.group(1)}. Could you describe the order?",
+        lambda m: f"No order matches {m.group(1)}. Anything else you remember?",
+    ),
+}
