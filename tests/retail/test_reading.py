@@ -178,3 +178,36 @@ def test_a_purchase_that_can_be_made_reports_nothing():
 )
 def test_a_gift_card_that_covers_only_part_reports_the_balance(text: str):
     assert reports(text, "balance"), text
+
+
+# ---- classes found by round seven (measured once as the fresh round, then fixed; round eight is fresh) ---------
+@pytest.mark.parametrize(
+    "text", ["What's the ID attached to the order?", "Could you read me the number on your order?"]
+)
+def test_the_order_number_by_any_preposition(text: str):
+    assert "order" in asked_slots(text), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The lookup for #W1234567 came back empty.",
+        "Searching #W1234567 gave zero results.",
+        "#W1234567 brought up nothing.",
+    ],
+)
+def test_a_search_that_returned_nothing_reports_not_found(text: str):
+    assert reports(text, "not_found"), text
+
+
+def test_a_search_that_returned_the_order_reports_nothing():
+    assert not reports("The search returned your order #W1234567.", "not_found")
+
+
+@pytest.mark.parametrize("text", ["We've run out of the 2L kettle.", "We're currently out of that colour."])
+def test_being_out_of_the_variant_reports_unavailable(text: str):
+    assert reports(text, "unavailable"), text
+
+
+def test_out_of_in_other_senses_reports_nothing():
+    assert not reports("Your order will be sent out of the warehouse tomorrow.", "unavailable")

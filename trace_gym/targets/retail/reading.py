@@ -60,7 +60,7 @@ SLOTS: dict[str, re.Pattern[str]] = {
         "order": r"\border (?:id|ids|number|numbers|no\.?|#|code|reference|ref)s?\b|\b(?:which|what) (?:order|one|purchase)s?\b"
         r"|\bwhich of (?:your|the|those|these) (?:orders|purchases)\b|\border (?:is it|is this|are you referring|do you mean)\b"
         r"|\b(?:the|your) order'?s? (?:id|number|reference)\b|\bidentify the order\b|\bwhich (?:of them|one of)\b"
-        r"|\b(?:number|id|reference|code) (?:of|for) (?:the|your|that|this) (?:order|purchase)\b"
+        r"|\b(?:number|id|reference|code) (?:of|for|on|from|attached to|associated with|linked to) (?:the|your|that|this) (?:order|purchase)\b"
         r"|\b(?:its|their) (?:order )?(?:number|id|reference)\b"
         r"|\b(?:specify|identify|clarify|indicate|name|point (?:me )?to) (?:the|which|your|that) (?:order|purchase)\b",
         "reason": r"\breasons?\b|\bwhy\b|\bwhat made you\b|\bwhat(?:'s| is) (?:prompting|behind|wrong|the matter)\b"
@@ -113,6 +113,10 @@ OBSTACLES: dict[str, re.Pattern[str]] = {
         r"|\b(?:doesn[’']?t|does not|don[’']?t|do not) (?:seem|appear) to (?:exist|be (?:there|in|on|valid|real|ours))"
         r"|\b(?:isn[’']?t|is not|aren[’']?t|not) (?:showing|coming|turning|popping) up\b"
         r"|\bfound nothing\b|\bnothing (?:was |is )?found\b|\bturned up nothing\b|\bno results?\b"
+        # a search that "returned nothing", "came back empty", "gave zero results"
+        r"|\b(?:return(?:s|ed)?|give[sn]?|gave|brings?|brought|yield(?:s|ed)?|show(?:s|ed)?|pull(?:s|ed)?"
+        r"|c[oa]mes?)(?: back| up)?(?: with)? (?:nothing|no (?:results?|matches|hits|records?)|zero results)\b"
+        r"|\bc[oa]me(?:s)? (?:back|up) empty\b"
         r"|(?:\bnot|n[’']t|\bno way to|\bunable to|\bcannot)\b[^.?!]{0,24}\b(?:find(?:ing)?|locat(?:e|ing)|exist(?:ing)?"
         r"|match(?:ing)?|retriev(?:e|ing)|see(?:ing)?|spot(?:ting)?|pull(?:ing)? (?:it |that )?up|be (?:an?|any) order)\b"
         r"|\bno sign of\b"
@@ -120,7 +124,7 @@ OBSTACLES: dict[str, re.Pattern[str]] = {
         re.IGNORECASE,
     ),
     "unavailable": re.compile(
-        r"\bunavailable\b|\bout[ -]of[ -]stock\b|\b(?:sold|run|ran|running|runs) out\b|\bsold[ -]out\b|\bno longer (?:available|offered|sold|in stock|carried|stocked)"
+        r"\bunavailable\b|\bout[ -]of[ -]stock\b|\b(?:we'?re|we are|we'?ve run|we have run|we ran|all) (?:all |currently |completely |now |just )?out of\b|\b(?:sold|run|ran|running|runs) out\b|\bsold[ -]out\b|\bno longer (?:available|offered|sold|in stock|carried|stocked)"
         r"|\bnot (?:currently |presently )?(?:available|in stock|offered|sold|possible to get|stocked|orderable)"
         r"|\b(?:isn|aren|wasn|weren)[’']?t (?:currently |presently )?(?:available|in stock|offered|sold|stocked|orderable)"
         r"|\b(?:can|could)(?:[’']t|n[’']t|not| not) (?:be )?(?:ordered|selected|chosen|supplied|offered|shipped|had|purchased|bought|obtained|sourced"
