@@ -18,7 +18,11 @@ rule (a wrong write, a policy violation). The binary success stays the reward.
   ``transfer``, each required fact told right (``answered <request> <need>``). A milestone is reached when
   the agent's episode has the same event *after the start* (the prefix's events are the oracle's and are not
   paid for; only-talking produces none). A violation is any of the target's: a broken policy rule, a wrong
-  write (a carried-out write no expected one), a wrong or hedged answer, sprayed amounts.
+  write (a carried-out write no expected one), a wrong or hedged answer, sprayed amounts. Talking after the
+  oracle's opening earns nothing either: the reward is 0 unless an outcome event (:data:`OUTCOME_EVENTS`: a
+  write, a transfer, a required fact told) after the start was reached, as BFCL's rule wants a checked turn
+  passed (else ``trace check``'s status talker, the oracle's opening up to its first read and then talk,
+  would earn the opening's milestones, more than an agent lacking the capability that breaks a rule).
 * Any other target (the generic rule): the milestones are the capabilities of the task in
   ``task_capabilities()`` order, each reached when ``info["requirements"]`` labels it PRESENT, then the
   binary success; a violation is a ``policy`` component (retail) below 1.
@@ -30,6 +34,8 @@ import re
 from typing import Any
 
 SHAPED_KEY = "milestones"
+# events that are a request's outcome (a write, a transfer, a required fact told): none reached, nothing earned
+OUTCOME_EVENTS = ("write ", "transfer", "answered ")
 VIOLATION_COMPONENTS = ("policy",)
 _TURN = re.compile(r"^turn_(\d+)(_abstained)?$")
 
@@ -82,7 +88,13 @@ def event_milestones(
         return 0.0
     wanted = list(dict.fromkeys(key for turn, key in sorted(oracle_events) if turn > start_turn))
     got = {key for turn, key in events if turn > start_turn}
+    if any(_outcome(key) for key in wanted) and not any(_outcome(key) for key in wanted if key in got):
+        return 0.0  # no outcome reached: replaying the opening and then only talking earns nothing
     return ordered_share([key in got for key in wanted] + [reward == 1.0])
+
+
+def _outcome(key: str) -> bool:
+    return key.startswith(OUTCOME_EVENTS)
 
 
 def shaped_reward(
