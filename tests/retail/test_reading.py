@@ -211,3 +211,31 @@ def test_being_out_of_the_variant_reports_unavailable(text: str):
 
 def test_out_of_in_other_senses_reports_nothing():
     assert not reports("Your order will be sent out of the warehouse tomorrow.", "unavailable")
+
+
+# ---- classes found by round eight (measured once as the fresh round, then fixed; round nine is fresh) ----------
+@pytest.mark.parametrize(
+    ("text", "slot"),
+    [("zip code pls", "name_zip"), ("plz send the email on ur account", "email"), ("order no.?", "order")],
+)
+def test_chat_abbreviations_ask(text: str, slot: str):
+    assert slot in asked_slots(text), text
+
+
+def test_pls_note_asks_nothing():
+    assert asked_slots("pls note your email is on file") == set()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Reply yes to cancel #W1234567 and refund $9.00 to your card.",
+        "Answer with **yes** if I should return item 1111111111 of #W1234567.",
+    ],
+)
+def test_reply_yes_asks_for_a_yes(text: str):
+    assert confirmation_request(text), text
+
+
+def test_a_yes_reported_is_no_request():
+    assert not confirmation_request("You said yes to cancelling #W1234567 earlier.")

@@ -11,12 +11,31 @@ import gymnasium as gym
 import pytest
 
 from tests.retail.conftest import play
-from tests.retail.wordings import FAMILIES, FRESH, FRESH_3, FRESH_4, FRESH_5, FRESH_6, Family, Wording
+from tests.retail.wordings import (
+    FAMILIES,
+    FRESH,
+    FRESH_3,
+    FRESH_4,
+    FRESH_5,
+    FRESH_6,
+    FRESH_7,
+    FRESH_8,
+    Family,
+    Wording,
+)
 from trace_gym.targets.retail.tasks import say
 
 SEEDS_PER_FAMILY = 12
 SEARCH = range(600)
-ROUNDS = {"fresh": FRESH, "fresh_3": FRESH_3, "fresh_4": FRESH_4, "fresh_5": FRESH_5, "fresh_6": FRESH_6}
+ROUNDS = {
+    "fresh": FRESH,
+    "fresh_3": FRESH_3,
+    "fresh_4": FRESH_4,
+    "fresh_5": FRESH_5,
+    "fresh_6": FRESH_6,
+    "fresh_7": FRESH_7,
+    "fresh_8": FRESH_8,
+}
 HALVES = ("tune", "held_out", *ROUNDS)
 
 

@@ -35,9 +35,9 @@ NEGATOR = re.compile(
 # What makes a sentence a request (it asks the reader to say or do something).
 REQUEST = re.compile(
     r"\?|^\W*(?:shall|should|may|can|could|would|will|do|does|did) (?:i|we|you)\b"
-    r"|^\W*(?:please\s+)?(?:tell|give|send|share|provide|confirm|type|enter|list|say|"
-    r"specify|name|write|spell|verify|choose|pick|select|describe|explain|reply|respond)\b"
-    r"|\b(?:please|kindly)\b(?! (?:note|be aware|bear|hold|wait|allow|stand by|rest assured))"
+    r"|^\W*(?:(?:please|pls|plz)\s+)?(?:tell|give|send|share|provide|confirm|type|enter|list|say|"
+    r"specify|name|write|spell|verify|choose|pick|select|describe|explain|reply|respond|answer)\b"
+    r"|\b(?:please|pls|plz|kindly)\b(?! (?:note|be aware|bear|hold|wait|allow|stand by|rest assured))"
     r"|\b(?:could|can|would|will) you\b|\bmay i (?:have|ask|get|know|see)\b"
     r"|\b(?:i|we)(?:'ll| will|'d| would)?(?: just| only| first| also| still| now)? (?:need|require) (?:your|you to|the|a|an|either|both|one of|some|to (?:know|have|get|see|hear))\b"
     r"|\byou (?:can|could|may) (?:just )?(?:give|send|share|provide|tell|let|type|write)\b"
@@ -57,7 +57,7 @@ SLOTS: dict[str, re.Pattern[str]] = {
         r"|\b(?:locate|look up|find|pull up|access|bring up) (?:you|your (?:account|profile|details|records?))\b"
         r"|\blook (?:you|it) up\b|\bwho (?:you are|i'?m (?:speaking|talking|chatting)|am i (?:speaking|talking|chatting)|is this)\b"
         r"|\baccount (?:details|information|info)\b|\b(?:your|the) account\b",
-        "order": r"\border (?:id|ids|number|numbers|no\.?|#|code|reference|ref)s?\b|\b(?:which|what) (?:order|one|purchase)s?\b"
+        "order": r"\border (?:id|ids|number|numbers|code|reference|ref)s?\b|\border (?:#|no\.?|nr\.?)(?!\w)|\b(?:which|what) (?:order|one|purchase)s?\b"
         r"|\bwhich of (?:your|the|those|these) (?:orders|purchases)\b|\border (?:is it|is this|are you referring|do you mean)\b"
         r"|\b(?:the|your) order'?s? (?:id|number|reference)\b|\bidentify the order\b|\bwhich (?:of them|one of)\b"
         r"|\b(?:number|id|reference|code) (?:of|for|on|from|attached to|associated with|linked to) (?:the|your|that|this) (?:order|purchase)\b"
@@ -95,6 +95,7 @@ CONFIRM = re.compile(
     r"|\bgreen light\b|\bhappy (?:for me )?to\b|\bright\?|\bcorrect\?|\bok(?:ay)?\?|\bagreed\?|\bdeal\?"
     r"|\b(?:everything|all|this|that|these)(?: all)? (?:ok|okay|correct|right|good|fine|accurate)\?"
     r"|\bgive (?:me )?the (?:ok|okay|go)\b|\bsay (?:yes|the word)\b"
+    r"|\b(?:say|reply|answer|respond|type|write|send)(?: with)? [\"'*“]*yes\b"
     r"|\b(?:does|do|would|will|can) (?:that|this|it|these|those|everything) work\b|\bwork for you\b",
     re.IGNORECASE,
 )
