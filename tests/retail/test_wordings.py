@@ -20,6 +20,7 @@ from tests.retail.wordings import (
     FRESH_6,
     FRESH_7,
     FRESH_8,
+    FRESH_9,
     Family,
     Wording,
 )
@@ -35,6 +36,7 @@ ROUNDS = {
     "fresh_6": FRESH_6,
     "fresh_7": FRESH_7,
     "fresh_8": FRESH_8,
+    "fresh_9": FRESH_9,
 }
 HALVES = ("tune", "held_out", *ROUNDS)
 

@@ -3,18 +3,21 @@
 Decided from the message's structure, not from trigger words, and deterministic (no LLM):
 
 * a message is cut into sentences and a sentence into clauses (at ``,;:`` and "but", "or", "and"); only
-  *requests* can ask: questions, imperatives ("tell me ...", "please share ..."), and statements that ask
-  ("let me know ...", "I'll need ...", "... is required"); a statement that mentions an email asks nothing;
+  *requests* can ask: questions (also by inversion, "Shall I ...", when the "?" ends a later sentence),
+  imperatives ("tell me ...", "pls share ..."), and statements that ask ("let me know ...", "I'll need either
+  ...", "you can send me ...", "... is required"); a statement that mentions an email asks nothing;
 * a request asks for a slot (:data:`SLOTS`) when it names the slot by any of its synonyms, as whole words
   (no trigger inside another word: "reasonable" names no reason, "zipper" no zip code), and the name is not
   negated in its clause ("no need for your email, just your name and zip code" asks for the name and zip);
-  alternatives ("your email or your name and zip code") ask for each;
+  alternatives ("your email or your name and zip code") ask for each, and a request naming none that points
+  back ("... Which can you give me?") asks for those the sentence before named;
 * a confirmation request (:data:`CONFIRM`, not inside a wh-question: "which card should I use?" asks for a
   card) is a proposal; :func:`affirmed` says whether a proposal states an action or a detail without
   negating it ("I will not cancel order ..." proposes no cancellation); the user reads a proposal that names
   no order ("shall I go ahead?") together with the message before it;
 * an obstacle (:data:`OBSTACLES`: not found, not available, balance too low) is reported by any sentence,
-  with positive or negative phrasings ("isn't available", "not in stock", "doesn't cover").
+  with positive or negative phrasings ("isn't available", "no <variant> in stock", "doesn't cover", "can only
+  cover $5", "I'm not seeing #W...", "returned nothing").
 
 Every pattern is a linear-time regular expression over text of bounded length (the user reads at most
 ``MAX_MESSAGE_CHARS``). US and UK spellings are both accepted (authorise/authorize, cancelled/canceled).
