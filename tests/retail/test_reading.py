@@ -1,5 +1,6 @@
-"""The reader's classes found by paraphrase round five (tests/retail/wordings.py), each with wordings of its
-own (none from a paraphrase round) and the strict side of the same rule: fast, unlike test_wordings.py."""
+"""The reader's classes found by paraphrase rounds five to eight (tests/retail/wordings.py), each with
+wordings of its own (none from a paraphrase round) and the strict side of the same rule: fast, unlike the
+slow-marked test_wordings.py."""
 
 from __future__ import annotations
 
