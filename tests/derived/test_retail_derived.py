@@ -182,3 +182,57 @@ def test_agent_lacking_a_capability_acts_from_the_start_point():
             assert play(env, ablated)[1] == 1.0
     with pytest.raises(ValueError):
         env.oracle_actions(without="structured-reasoning")  # retail has no such ablation
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("capability", ["precondition-checking", "policy-adherence", "multi-step-completion"])
+@pytest.mark.parametrize("level", [1, 4])
+def test_no_probe_earns_more_milestones_than_the_agent_lacking_the_capability(capability, level):
+    """Every ``trace check`` probe (degenerate and adversarial), on the episodes it fails, earns no more
+    milestone reward on average than the agent lacking the env's own capability (strictly less where that
+    agent earns any)."""
+    from trace_gym.core.validation import (
+        ADVERSARIAL_PROBES,
+        DEGENERATE_POLICIES,
+        ValidationConfig,
+        play_probe,
+        run_policy,
+    )
+
+    seeds = 6
+    env, other = make(capability, level), make(capability, level)
+    last: dict = {}
+    step = env.step
+
+    def recorded(action):
+        result = step(action)
+        last["info"] = result[4]
+        return result
+
+    env.step = recorded
+    own = []
+    for seed in range(seeds):
+        env.reset(seed=seed, options={"split": "train"})
+        play(env, env.oracle_actions(without=capability))
+        own.append(last["info"]["reward_components"][SHAPED_KEY])
+    config = ValidationConfig(seeds=seeds, degenerate_seeds=seeds, adversarial_seeds=seeds)
+    probes: dict[str, list[float]] = {}
+    for seed in range(seeds):
+        for name, policy in DEGENERATE_POLICIES.items():
+            last.clear()
+            if run_policy(env, policy, seed, config) < 1.0 and "info" in last:
+                probes.setdefault(name, []).append(
+                    last["info"].get("reward_components", {}).get(SHAPED_KEY, 0.0)
+                )
+        for probe_type in ADVERSARIAL_PROBES:
+            last.clear()
+            reward, probe = play_probe(env, other, probe_type, seed, config)
+            if probe is not None and probe.applies and reward < 1.0 and "info" in last:
+                # an episode the probe's step cap cut off never ended: it earned nothing
+                probes.setdefault(probe_type.name, []).append(
+                    last["info"].get("reward_components", {}).get(SHAPED_KEY, 0.0)
+                )
+    floor = sum(own) / len(own)
+    for name, values in probes.items():
+        mean = sum(values) / len(values)
+        assert mean < floor or mean == floor == 0.0, (name, mean, floor)
