@@ -12,10 +12,8 @@ __version__ = "0.1.0"
 def _register_builtins() -> None:
     from trace_gym import targets
     from trace_gym.adapters.reasoning_gym import register_reasoning_gym_envs
-    from trace_gym.derived import register_envs as register_derived_envs
 
     targets.register_envs()
-    register_derived_envs()  # target-derived capability envs (trace_gym/derived)
     register_reasoning_gym_envs()  # only when reasoning-gym is installed; its import stays lazy
 
 

@@ -11,6 +11,10 @@ from trace_gym.synthesis.calibration import Bands, choose_level, level_stats, pa
 from trace_train.calibrate import calibrate, prompt_tokens
 from trace_train.config import CalibrationSettings
 
+# a derived env emitted into generated_envs/ (BFCL's smallest source pool: cheap to scan)
+ENV_ID = "trace/bfcl-multi-turn-missing-function-awareness-v0"
+PACKAGE = "bfcl_multi_turn_missing_function_awareness"
+
 
 def test_pass_at_k_is_the_unbiased_estimator():
     assert pass_at_k(4, 0, 1) == 0.0
@@ -50,7 +54,7 @@ def test_calibrate_with_the_tiny_model_writes_the_spec(tiny_policy, tmp_path):
     import generated_envs
 
     result = calibrate(
-        "trace/policy-adherence-v0",
+        ENV_ID,
         tiny_policy,
         CalibrationSettings(seeds=2, group_size=2, levels=[1, 2], max_new_tokens=8, max_turns=2),
         model_name="tiny",
@@ -58,9 +62,9 @@ def test_calibrate_with_the_tiny_model_writes_the_spec(tiny_policy, tmp_path):
     assert [s.level for s in result.levels] == [1, 2]
     assert all(s.groups == 2 and s.group_size == 2 for s in result.levels)
     assert result.chosen.level in (1, 2)
-    assert result.prompt_tokens == prompt_tokens(tiny_policy, "trace/policy-adherence-v0") > 100
+    assert result.prompt_tokens == prompt_tokens(tiny_policy, ENV_ID) > 100
     spec_file = tmp_path / "spec.json"
-    shutil.copy(Path(generated_envs.__file__).parent / "policy_adherence" / "spec.json", spec_file)
+    shutil.copy(Path(generated_envs.__file__).parent / PACKAGE / "spec.json", spec_file)
     spec = write_calibration(spec_file, result)
     assert json.loads(spec_file.read_text()) == spec
     assert spec["calibration"]["level"] == spec["difficulty"]["default"] == result.chosen.level

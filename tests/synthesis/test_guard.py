@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import trace_gym.synthesis
 from tests.openai_standin import StandinServer
 from tests.synthesis.modules import BAD, CLASS, EXPECTED, GOOD, SNEAKY_WRITE
 from trace_gym.llm_agent import LLMAgent
@@ -74,23 +75,27 @@ def _answers(*modules: str):
     return respond
 
 
+@pytest.mark.slow  # ~55 s: the conforming module's trace check runs retail itself
 def test_generation_agent_feeds_the_rejection_back_and_retries():
-    with StandinServer(respond=_answers(BAD["eval_of_user_text"], GOOD)) as server:
+    # the agent's modules must keep the target's format: the conforming example built on the target
+    good = (Path(trace_gym.synthesis.__file__).parent / "example_target_env.py").read_text()
+    bad = good + "\nLEAK = eval('1 + 1')\n"
+    with StandinServer(respond=_answers(bad, good)) as server:
         agent = LLMAgent(OpenAIClient(base_url=server.base_url), "stand-in", max_attempts=3)
-        module = GenerationAgent(agent, seeds=6, limits=FAST)(
-            {"name": "order-status-lookup", "description": "tell an order's status after reading it"},
+        module = GenerationAgent(agent, seeds=6, limits=Limits(cpu_seconds=120, wall_seconds=300))(
+            {"name": "product-lookup", "description": "read the product a request needs before acting on it"},
             "trace/retail-v2",
-            CLASS,
+            "ProductLookupV0",
         )
-        assert module.source == GOOD and len(module.attempts) == 2
+        assert module.source == good and len(module.attempts) == 2
         first_prompt = server.requests[0]["messages"][-1]["content"]
-        assert "order-status-lookup" in first_prompt and "cancel_pending_order" in first_prompt
+        assert "product-lookup" in first_prompt and "cancel_pending_order" in first_prompt
         retry = server.requests[1]["messages"][-1]["content"]
         assert "'eval' is not allowed" in retry
 
 
 @pytest.mark.slow
-def test_synthesize_outside_the_catalog_registers_only_what_passes(tmp_path):
+def test_synthesize_a_capability_the_target_does_not_declare_registers_only_what_passes(tmp_path):
     package = new_plugin_package(tmp_path / "project", "my_trace_envs")
     records = [{"name": "order-status-lookup", "description": "tell an order's status after reading it"}]
     with StandinServer(respond=_answers(BAD["socket_import"])) as server:
@@ -118,3 +123,10 @@ def test_synthesize_outside_the_catalog_registers_only_what_passes(tmp_path):
 def test_synthesize_refuses_an_output_that_is_not_a_package(tmp_path):
     with pytest.raises(SynthesisError, match="not a Python package"):
         synthesize([{"name": "precondition-checking"}], "trace/retail-v2", tmp_path, validate=False)
+
+
+def test_the_static_check_allows_a_derived_env_and_nothing_around_it():
+    ok = "from trace_gym.derived.env import DerivedCapabilityEnv\n"
+    assert static_check(ok) == []
+    assert static_check("from trace_gym.synthesis.emit import synthesize\n")  # not the emitter itself
+    assert static_check("import trace_gym.synthesis.catalog\n")  # retired

@@ -1,19 +1,15 @@
-"""Ids of target-derived capability envs: ``trace/<target-name>-<capability>-v0``."""
+"""Ids of target-derived capability envs: ``trace/<target-name>-<capability>-v0``.
+
+Nothing is registered built-in: ``trace synthesize`` emits each derived env into a plugin package
+(``generated_envs/``), whose sub-package registers the id with the spec's kwargs, so every id has one
+registration. :func:`register_derived` registers ids in-process (tests, experiments) without emitting.
+"""
 
 from __future__ import annotations
 
 from trace_gym.registration import NAMESPACE, register_env
 
 ENTRY_POINT = "trace_gym.derived.env:DerivedCapabilityEnv"
-# target id -> the capabilities its derived envs isolate (the target's task_capabilities() vocabulary)
-TARGETS: dict[str, tuple[str, ...]] = {
-    "trace/bfcl-multi-turn-v0": (
-        "state-changing-calls",
-        "information-retrieval",
-        "missing-function-awareness",
-        "missing-parameter-awareness",
-    ),
-}
 
 
 def derived_id(target_id: str, capability: str, version: int = 0) -> str:
@@ -32,8 +28,3 @@ def register_derived(target_id: str, capabilities: tuple[str, ...] | list[str]) 
         )
         ids.append(env_id)
     return ids
-
-
-def register_envs() -> list[str]:
-    """The built-in derived ids (called by ``import trace_gym``)."""
-    return [env_id for target, caps in TARGETS.items() for env_id in register_derived(target, caps)]

@@ -1,7 +1,8 @@
 """CLI subcommands of step 2 (registered by ``trace_train.cli``): ``synthesize``, ``isolation``.
 
 trace synthesize --capabilities selected_capabilities.json --target trace/retail-v2 --out generated_envs
-trace isolation [ENV_ID ...] --seeds 100          the "oracle minus one capability" matrix
+    [--target-kwargs '{"difficulty": 1}']      derived envs of the capabilities the target declares
+trace isolation ENV_ID [ENV_ID ...] --seeds 100   the "oracle minus one capability" matrix
 
 ``trace calibrate`` runs a model, so it lives in ``trace_train.calibrate``.
 """
@@ -43,10 +44,14 @@ def cmd_synthesize(ns: argparse.Namespace) -> int:
         limits = Limits(
             cpu_seconds=ns.cpu_seconds, memory_bytes=int(ns.memory_gb * 1024**3), wall_seconds=ns.wall_seconds
         )
+        target_kwargs = json.loads(ns.target_kwargs) if ns.target_kwargs else None
+        if target_kwargs is not None and not isinstance(target_kwargs, dict):
+            raise SynthesisError(f"--target-kwargs must be a JSON object, got {ns.target_kwargs!r}")
         outcomes = synthesize(
             records,
             target,
             out,
+            target_kwargs=target_kwargs,
             seeds=ns.seeds,
             validate=not ns.no_validate,
             generator=generator,
@@ -69,11 +74,9 @@ def cmd_synthesize(ns: argparse.Namespace) -> int:
 def cmd_isolation(ns: argparse.Namespace) -> int:
     import trace_gym  # noqa: F401
     from trace_gym.registration import resolve_env_id
-    from trace_gym.synthesis.catalog import FAMILIES
-    from trace_gym.synthesis.emit import env_id_of
     from trace_gym.synthesis.isolation import isolation_matrix
 
-    env_ids = [resolve_env_id(e) for e in ns.env_ids] or [env_id_of(c) for c in FAMILIES]
+    env_ids = [resolve_env_id(e) for e in ns.env_ids]
     matrix = isolation_matrix(env_ids, seeds=ns.seeds)
     print(matrix.markdown())
     if ns.json:
@@ -89,6 +92,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sy.add_argument("--capabilities", required=True, help="selected_capabilities.json of trace analyze")
     sy.add_argument("--target", default=None, help="target env id (default: the selection's target)")
     sy.add_argument(
+        "--target-kwargs",
+        default=None,
+        help="JSON object of the target's keyword arguments for derived envs, e.g. '{\"difficulty\": 1}'",
+    )
+    sy.add_argument(
         "--out",
         required=True,
         help="plugin package dir (e.g. generated_envs) or, with --new-package, a project dir",
@@ -98,7 +106,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     sy.add_argument("--seeds", type=int, default=50, help="seeds of the sandboxed trace check")
     sy.add_argument("--no-validate", action="store_true", help="render only (keeps existing validation.json)")
-    sy.add_argument("--model", default=None, help="LLM generation agent for capabilities outside the catalog")
+    sy.add_argument(
+        "--model", default=None, help="LLM generation agent for capabilities the target does not declare"
+    )
     sy.add_argument("--base-url", default=None, help="its OpenAI-compatible endpoint ($OPENAI_BASE_URL)")
     sy.add_argument("--api-key", default=None, help="its key ($OPENAI_API_KEY)")
     sy.add_argument("--max-attempts", type=int, default=3, help="generation attempts, errors fed back")
@@ -111,7 +121,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     iso = subparsers.add_parser(
         "isolation", help="step 2: isolation matrix of oracle-minus-one-capability agents"
     )
-    iso.add_argument("env_ids", nargs="*", help="env ids (default: the seven catalog envs)")
+    iso.add_argument(
+        "env_ids", nargs="+", help="env ids whose oracle_actions(without=...) ablates capabilities"
+    )
     iso.add_argument("--seeds", type=int, default=100)
     iso.add_argument("--json", default=None, help="also write the matrix as JSON")
     iso.set_defaults(func=cmd_isolation)

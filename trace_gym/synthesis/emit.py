@@ -1,15 +1,19 @@
 """``trace synthesize``: one sub-package per selected capability, rendered with Jinja2 into a plugin package.
 
 For each capability of ``selected_capabilities.json`` (step 1's output, validated against its published
-schema), the catalog family renders (or, outside the catalog, the LLM generation agent writes) an env module;
-the module goes through the static check and ``trace check`` in the sandbox; an env that passes is written
-as ``<out>/<capability_package>/`` with
+schema): when the target implements the capability-env protocol (``task_capabilities()`` and
+``decision_points()``) and declares the capability, the env is *derived from the target*
+(:class:`~trace_gym.derived.env.DerivedCapabilityEnv`: the target itself, restricted to train tasks exercising
+the capability, started at a start depth; docs/derived.md); otherwise the LLM generation agent writes an env
+module, or the capability is rejected with the reason. The module goes through the static check and
+``trace check`` in the sandbox; an env that passes is written as ``<out>/<package>/`` with
 
-* ``__init__.py``: registers ``trace/<capability>-v0`` at the difficulty of ``spec.json``;
-* ``env.py``: the env class (a thin, documented subclass of the catalog family, or the generated module);
+* ``__init__.py``: registers the id (``trace/<target-name>-<capability>-v0`` for a derived env,
+  ``trace/<capability>-v0`` for a generated one) at the difficulty of ``spec.json``;
+* ``env.py``: the env class (a thin, documented subclass of ``DerivedCapabilityEnv``, or the generated module);
 * ``spec.json``: validated against ``spec.schema.json`` (published in this package); ``trace calibrate``
   writes its calibration there, and re-synthesising keeps it;
-* ``CARD.md``: what it isolates, why it transfers, its dependencies, and the oracle's conversation on seed 0;
+* ``CARD.md``: what it isolates, why it transfers, its sources and levels, and an example episode;
 * ``validation.json``: the sandboxed ``trace check`` report.
 
 An env that fails is never written into the package: its report goes to ``<out>/_rejected/<name>.json``.
@@ -31,16 +35,39 @@ from typing import Any
 import jinja2
 import jsonschema
 
-from trace_gym.synthesis.catalog import FAMILIES, TARGETS
-from trace_gym.synthesis.catalog.base import CAPABILITIES, CapabilityEnv
+from trace_gym.derived.env import DerivedCapabilityEnv
+from trace_gym.derived.pool import NoSourceTaskError
+from trace_gym.derived.registration import derived_id
+from trace_gym.synthesis import from_target
 from trace_gym.synthesis.sandbox import Limits, SandboxResult, check_in_sandbox
 from trace_gym.synthesis.static_check import static_check
 
 SPEC_SCHEMA_FILE = "spec.schema.json"
 PACKAGE_FILES = ("__init__.py", "env.py", "spec.json", "CARD.md", "validation.json")
-# Generates an env module for a capability outside the catalog: (capability record, target id, class name,
+# Generates an env module for a capability the target does not declare: (capability record, target id, class name,
 # feedback of the previous failures) -> module source. See generation_agent.py.
 Generator = Callable[[dict[str, Any], str, str], "GeneratedModule"]
+
+
+# Checks a derived env fails for a reviewed reason that is no hole in it (the same entries as the strict xfails
+# of tests/test_validation.py KNOWN_HOLES). Strict: the env is accepted only when the failing checks are
+# exactly these, and its validation.json keeps ``passed: false`` and names them.
+REVIEWED_FAILURES: dict[str, dict[str, str]] = {
+    "trace/bfcl-multi-turn-information-retrieval-v0": {
+        "adversarial/status_talker": "at level 1 the env starts at the decision; where the rest of the task is "
+        "one read call, the probe's opening read call is the capability itself and BFCL rightly passes it "
+        "(docs/derived.md)",
+    },
+    "trace/bfcl-multi-turn-missing-parameter-awareness-v0": {
+        "adversarial/status_talker": "at level 1 the env starts at the decision; where the rest of the task is "
+        "the question for the missing value and then one read call (multi_turn_miss_param_1, _12, _36), the "
+        "probe's opening (the oracle up to its first call, a read) is the whole continuation",
+    },
+}
+# A derived env's module is our own template around trusted library code, so the sandbox's CPU limit (there
+# to stop an LLM-written endless loop) is raised for it: scanning BFCL's 1,000 train seeds for the larger
+# capabilities and playing 50 seeds of every probe takes more than the default 120 s.
+DERIVED_MIN_LIMITS = Limits(cpu_seconds=1200, memory_bytes=3 * 1024**3, wall_seconds=3600.0)
 
 
 class SynthesisError(ValueError):
@@ -87,6 +114,17 @@ def class_name_of(capability: str) -> str:
     return "".join(part.capitalize() for part in slug(capability).split("-")) + "V0"
 
 
+def package_of_id(env_id: str) -> str:
+    """``trace/retail-precise-arguments-v0`` -> ``retail_precise_arguments``."""
+    return env_id.removeprefix("trace/").rsplit("-v", 1)[0].replace("-", "_")
+
+
+def class_name_of_id(env_id: str) -> str:
+    """``trace/retail-precise-arguments-v0`` -> ``RetailPreciseArgumentsV0``."""
+    name, version = env_id.removeprefix("trace/").rsplit("-v", 1)
+    return "".join(part.capitalize() for part in name.split("-")) + f"V{version}"
+
+
 # ---- spec ------------------------------------------------------------------------------------------------------
 @cache
 def spec_schema() -> dict[str, Any]:
@@ -103,30 +141,41 @@ def validate_spec(spec: Any, source: str = "spec") -> None:
         raise SynthesisError(f"{source} does not match {SPEC_SCHEMA_FILE}:\n" + "\n".join(lines))
 
 
-def catalog_spec(
-    family: type[CapabilityEnv], target: str, calibration: dict[str, Any] | None
+def derived_spec(
+    target: str,
+    target_kwargs: dict[str, Any],
+    capability: str,
+    calibration: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    default = calibration["level"] if calibration else family.default_difficulty
+    """The spec of the env derived from ``target`` for ``capability`` (the target is run to read its facts)."""
+    target_env = from_target.make_target(target, target_kwargs)
+    env_id = derived_id(target, capability)
+    tools = [tool["function"]["name"] for tool in target_env.tools]
     spec = {
-        "schema_version": 1,
-        "id": env_id_of(family.capability),
-        "capability": family.capability,
-        "description": family.description,
+        "schema_version": 2,
+        "id": env_id,
+        "capability": capability,
+        "description": from_target.capability_description(target_env, capability),
         "target": target,
-        "generator": "catalog",
-        "module": family.__module__,
-        "family_class": family.__name__,
-        "class_name": class_name_of(family.capability),
-        "tools": list(family.tool_names),
-        "policy_sections": list(family.policy_headings),
-        "isolates": family.isolates,
-        "transfer": family.transfer_reason,
-        "dependencies": dict(family.dependencies),
-        "ablatable_capabilities": list(family.ablatable_capabilities),
-        "difficulty": {"levels": {str(k): v for k, v in family.levels.items()}, "default": default},
+        "target_kwargs": target_kwargs,
+        "generator": "derived",
+        "module": DerivedCapabilityEnv.__module__,
+        "family_class": DerivedCapabilityEnv.__name__,
+        "class_name": class_name_of_id(env_id),
+        "tools": tools,
+        "isolates": f"{capability} on {target}'s own train tasks that exercise it, started before its "
+        "decision point",
+        "transfer": f"the env is {target} itself: its system prompt, all {len(tools)} of its tools, its user "
+        "simulator and its verifier, unchanged; only the task distribution and the starting point differ",
+        "sources": from_target.source_counts(target, target_kwargs, capability),
+        "shaped_reward_key": DerivedCapabilityEnv.shaped_reward_key,
+        "difficulty": {
+            "levels": from_target.level_texts(),
+            "default": calibration["level"] if calibration else DerivedCapabilityEnv.default_difficulty,
+        },
         "calibration": calibration,
     }
-    validate_spec(spec, f"the spec of {spec['id']}")
+    validate_spec(spec, f"the spec of {env_id}")
     return spec
 
 
@@ -149,29 +198,30 @@ def render(template: str, **context: Any) -> str:
     return _templates().get_template(template).render(**context)
 
 
-def example_conversation(family: type[CapabilityEnv], difficulty: int, seed: int = 0) -> str:
-    """The oracle's conversation on ``seed`` (train split), as the card shows it."""
-    from trace_gym.core.env import render_conversation
-
-    env = family(difficulty=difficulty)
-    env.reset(seed=seed, options={"split": "train"})
-    for action in env.oracle_actions():
-        *_, terminated, truncated, _ = env.step(action)
-        if terminated or truncated:
-            break
-    return render_conversation(env.messages)
-
-
-def render_catalog(capability: str, target: str, calibration: dict[str, Any] | None = None) -> dict[str, str]:
-    """The files of one catalog env (without its validation report)."""
-    family = FAMILIES[capability]
-    spec = catalog_spec(family, target, calibration)
-    example = example_conversation(family, spec["difficulty"]["default"])
+def render_derived(
+    target: str,
+    target_kwargs: dict[str, Any],
+    capability: str,
+    calibration: dict[str, Any] | None = None,
+) -> dict[str, str]:
+    """The files of one derived env (without its validation report; the description is the target's own, so
+    the files do not depend on the selection that asked for them)."""
+    spec = derived_spec(target, target_kwargs, capability, calibration)
+    example = from_target.example_episode(target, target_kwargs, capability, spec["difficulty"]["default"])
+    target_env = from_target.make_target(target, target_kwargs)
+    context = {
+        "spec": spec,
+        "example": example,
+        "target_kwargs_source": from_target.python_literal(target_kwargs),
+        "target_class": f"{type(target_env).__module__}.{type(target_env).__qualname__}",
+        "max_turns": target_env.max_turns,
+        "max_invalid_turns": target_env.max_invalid_turns,
+    }
     return {
         "__init__.py": render("__init__.py.j2", spec=spec),
-        "env.py": render("env.py.j2", spec=spec),
+        "env.py": render("env.py.j2", **context),
         "spec.json": dump_json(spec),
-        "CARD.md": render("CARD.md.j2", spec=spec, example=example),
+        "CARD.md": render("CARD.md.j2", **context),
     }
 
 
@@ -179,7 +229,7 @@ def generated_spec(record: dict[str, Any], target: str, tools: list[str]) -> dic
     """The spec of an env the LLM generation agent wrote (its levels and tools come from the module)."""
     capability = record["name"]
     spec = {
-        "schema_version": 1,
+        "schema_version": 2,
         "id": env_id_of(capability),
         "capability": capability,
         "description": record.get("description") or capability,
@@ -304,6 +354,35 @@ def validate_module(
         return check_in_sandbox(module, class_name, seeds=seeds, difficulty=difficulty, limits=limits)
 
 
+def _plan_derived(target: str, target_kwargs: dict[str, Any]) -> tuple[tuple[str, ...] | None, str]:
+    """(the capabilities the target declares, or None when it is no source; why it is none)."""
+    try:
+        target_env = from_target.make_target(target, target_kwargs)
+    except Exception as err:  # noqa: BLE001 - a target that cannot be built is named, not a crash
+        raise SynthesisError(f"cannot make the target {target} with {target_kwargs}: {err}") from err
+    if not from_target.implements_protocol(target_env):
+        missing = [name for name in from_target.PROTOCOL if not callable(getattr(target_env, name, None))]
+        return None, f"{target} does not implement the capability-env protocol (no {', '.join(missing)})"
+    return from_target.declared_capabilities(target, target_kwargs), ""
+
+
+def derived_limits(limits: Limits | None) -> Limits:
+    """The sandbox limits of a derived env: the given ones, raised to :data:`DERIVED_MIN_LIMITS`."""
+    limits = limits or Limits()
+    return Limits(
+        cpu_seconds=max(limits.cpu_seconds, DERIVED_MIN_LIMITS.cpu_seconds),
+        memory_bytes=max(limits.memory_bytes, DERIVED_MIN_LIMITS.memory_bytes),
+        wall_seconds=max(limits.wall_seconds, DERIVED_MIN_LIMITS.wall_seconds),
+    )
+
+
+def _reject(out: Path, name: str, report: dict[str, Any]) -> Path:
+    rejected = out / "_rejected"
+    rejected.mkdir(exist_ok=True)
+    (rejected / f"{name}.json").write_text(dump_json(report))
+    return rejected
+
+
 def synthesize(
     capabilities: list[dict[str, Any]],
     target: str,
@@ -314,39 +393,47 @@ def synthesize(
     generator: Generator | None = None,
     limits: Limits | None = None,
     log: Callable[[str], None] = lambda _: None,
+    target_kwargs: dict[str, Any] | None = None,
 ) -> list[Outcome]:
-    """Render, validate and write one sub-package per capability into the plugin package ``out``."""
+    """Render, validate and write one sub-package per capability into the plugin package ``out``.
+
+    A capability the target declares (a protocol target: ``task_capabilities``/``decision_points``) becomes
+    the env derived from the target (``target_kwargs`` are the target's, e.g. ``{"difficulty": 1}``); any
+    other goes to ``generator`` (the LLM generation agent), or is rejected with the reason.
+    """
     if not (out / "__init__.py").exists():
         raise SynthesisError(
             f"{out} is not a Python package (no __init__.py); pass an existing plugin package such as "
             "generated_envs/, or --new-package NAME to create an installable one"
         )
+    target_kwargs = dict(target_kwargs or {})
+    declared, not_a_source = _plan_derived(target, target_kwargs)
     outcomes = []
     for record in capabilities:
         capability = record["name"]
-        name = package_name(capability)
+        if declared is not None and capability in declared:
+            env_id = derived_id(target, capability)
+            name, cls_name = package_of_id(env_id), class_name_of_id(env_id)
+        else:
+            env_id = env_id_of(capability)
+            name, cls_name = package_name(capability), class_name_of(capability)
         package = out / name
-        env_id, cls_name = env_id_of(capability), class_name_of(capability)
-        if capability in FAMILIES and target not in TARGETS and generator is None:
-            reason = f"the catalog is built on retail's domain objects ({', '.join(TARGETS)}), not {target}; "
-            outcomes.append(Outcome(capability, env_id, name, False, reason + "pass --model", "none"))
-            continue
-        if capability in FAMILIES and target in TARGETS:
-            kind = "catalog"
-            files = render_catalog(capability, target, existing_calibration(package))
+        if declared is not None and capability in declared:
+            kind = "derived"
+            try:
+                files = render_derived(target, target_kwargs, capability, existing_calibration(package))
+            except NoSourceTaskError as err:
+                report = {"env_id": env_id, "passed": False, "reason": str(err)}
+                rejected = _reject(out, name, report)
+                outcomes.append(Outcome(capability, env_id, name, False, str(err), kind, rejected, report))
+                continue
             difficulty = json.loads(files["spec.json"])["difficulty"]["default"]
         elif generator is None:
-            outcomes.append(
-                Outcome(
-                    capability,
-                    env_id,
-                    name,
-                    False,
-                    "not in the catalog and no --model for the LLM "
-                    f"generation agent (catalog: {', '.join(CAPABILITIES)})",
-                    "none",
-                )
+            why = not_a_source or (
+                f"{target} declares no capability {capability!r} (it declares: {', '.join(declared or ())})"
             )
+            reason = f"{why}, and no --model for the LLM generation agent"
+            outcomes.append(Outcome(capability, env_id, name, False, reason, "none"))
             continue
         else:
             kind = "llm"
@@ -354,9 +441,7 @@ def synthesize(
                 module = generator(record, target, cls_name)
             except SynthesisError as err:
                 report = {"env_id": env_id, "passed": False, "reason": str(err)}
-                rejected = out / "_rejected"
-                rejected.mkdir(exist_ok=True)
-                (rejected / f"{name}.json").write_text(dump_json(report))
+                rejected = _reject(out, name, report)
                 outcomes.append(Outcome(capability, env_id, name, False, str(err), kind, rejected, report))
                 continue
             files = {"env.py": module.source}
@@ -368,11 +453,18 @@ def synthesize(
                 cls_name,
                 seeds=seeds,
                 difficulty=difficulty,
-                limits=limits,
+                limits=derived_limits(limits) if kind == "derived" else limits,
             )
         else:
             verdict = SandboxResult(True, "validation skipped (--no-validate)")
         report = {"env_id": env_id, "seeds": seeds, **verdict.to_json()}
+        accepted = verdict.passed
+        if kind == "derived" and not verdict.passed and env_id in REVIEWED_FAILURES:
+            reviewed = REVIEWED_FAILURES[env_id]
+            failed = {check["name"] for check in verdict.checks if not check["passed"]}
+            accepted = failed == set(reviewed) and not verdict.refused
+            if accepted:
+                report["reviewed_failures"] = reviewed
         if kind == "llm" and verdict.passed:
             spec = generated_spec(record, target, verdict.tools)  # read in the sandbox: never imported here
             files.update(
@@ -383,10 +475,8 @@ def synthesize(
                     f"{spec['description']}\n",
                 }
             )
-        if not verdict.passed:
-            rejected = out / "_rejected"
-            rejected.mkdir(exist_ok=True)
-            (rejected / f"{name}.json").write_text(dump_json(report))
+        if not accepted:
+            rejected = _reject(out, name, report)
             outcomes.append(Outcome(capability, env_id, name, False, verdict.reason, kind, rejected, report))
             continue
         package.mkdir(exist_ok=True)
@@ -394,5 +484,6 @@ def synthesize(
             files["validation.json"] = dump_json(report)
         for file_name, text in files.items():
             (package / file_name).write_text(text)
-        outcomes.append(Outcome(capability, env_id, name, True, verdict.reason, kind, package, report))
+        reason = verdict.reason if verdict.passed else f"accepted, reviewed failures: {verdict.reason}"
+        outcomes.append(Outcome(capability, env_id, name, True, reason, kind, package, report))
     return outcomes

@@ -32,11 +32,11 @@ ALLOWED_IMPORTS = (
     "gymnasium",
     "jsonschema",
     "trace_gym.core",
+    "trace_gym.derived",
     "trace_gym.worlds",
     "trace_gym.targets.retail.data",
     "trace_gym.targets.retail.policy",
     "trace_gym.targets.retail.tools",
-    "trace_gym.synthesis.catalog",
 )
 FORBIDDEN_CALLS = frozenset(
     {"eval", "exec", "compile", "__import__", "open", "input", "breakpoint", "globals", "locals", "vars",
