@@ -13,4 +13,6 @@ def newest(name: str) -> str:
 
 
 RETAIL = newest("retail")
-CAPABILITY = newest("precondition-checking")  # a step-2 capability env (generated_envs)
+CAPABILITY = newest(
+    "retail-precondition-checking"
+)  # a step-2 capability env derived from retail (generated_envs)

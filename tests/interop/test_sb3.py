@@ -109,7 +109,7 @@ def test_ppo_beats_random_on_a_capability_env(one_thread):
     (benchmark-style: 8 to 12 minutes on a loaded 2-core machine)."""
     from stable_baselines3.common.env_util import make_vec_env
 
-    env_id = newest("precise-arguments")
+    env_id = newest("retail-precise-arguments")
     seeds = range(
         10_000, 10_100
     )  # evaluation seeds, never trained on (training draws seeds from its own rng)

@@ -1,9 +1,11 @@
 """Stage ``synthesis``: step 2, one registered Gymnasium env per capability chosen by analysis.
 
 Calls step 2's emission (``trace synthesize``): the capabilities chosen in ``capabilities_to_train.json``,
-written as a selection document that passes step 1's schema, are rendered from the capability catalog into
-the plugin package ``synthesis.package``, validated (static check, then the validation suite in a sandboxed
-subprocess) and registered as ``trace/<capability>-v0``. Example failures quoted in the cards come from
+written as a selection document that passes step 1's schema, are rendered as envs derived from the target
+(docs/derived.md: the target itself at this run's ``target.difficulty``, restricted to train tasks that exercise
+the capability) into the plugin package ``synthesis.package``, validated (static check, then the validation
+suite, format conformity included, in a sandboxed subprocess) and registered as
+``trace/<target-name>-<capability>-v0``. Example failures quoted in the cards come from
 analysis, which only ever saw train-split trajectories (checked again here).
 """
 
@@ -41,8 +43,15 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
     records, _target = load_capabilities(path)  # validated against step 1's schema
     package = package_dir(cfg.synthesis.package)
+    # the capability envs are the target as this run uses it: the same difficulty (the target's own make kwarg)
+    target_kwargs = {} if cfg.target.difficulty is None else {"difficulty": cfg.target.difficulty}
     outcomes = synthesize(
-        records, cfg.target.env_id, package, seeds=cfg.synthesis.validate_seeds, log=ctx.log
+        records,
+        cfg.target.env_id,
+        package,
+        seeds=cfg.synthesis.validate_seeds,
+        log=ctx.log,
+        target_kwargs=target_kwargs,
     )
     envs, rejected = [], []
     for o in outcomes:
