@@ -18,8 +18,11 @@ oracle continuation of the same shape passes (:func:`foreign_passes`): what pass
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import json
+import os
+from dataclasses import asdict, dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -150,12 +153,61 @@ def scan(target: Any, capability: str, window: int) -> dict[str, tuple[Source, .
     return out
 
 
+def cache_dir() -> Path:
+    """Where scanned pools are kept between processes: ``$TRACE_CACHE/derived-pools`` (default ``~/.cache/trace``)."""
+    return Path(os.environ.get("TRACE_CACHE", Path.home() / ".cache" / "trace")) / "derived-pools"
+
+
+@cache
+def code_version() -> str:
+    """A hash of trace_gym's own source: a pool scanned by other code (a changed target, user or verifier) is
+    never reused."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _pool_file(target_id: str, kwargs: tuple[tuple[str, Any], ...], capability: str, window: int) -> Path:
+    key = json.dumps(
+        [target_id, [list(kv) for kv in kwargs], capability, window, code_version()], default=str
+    )
+    return cache_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def _load(path: Path) -> dict[str, tuple[Source, ...]] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {split: tuple(Source(**s) for s in data[split]) for split in ("train", "test")}
+    except (OSError, ValueError, TypeError, KeyError):  # absent, torn or foreign: scan again
+        return None
+
+
+def _store(path: Path, pool: dict[str, tuple[Source, ...]]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({split: [asdict(s) for s in items] for split, items in pool.items()}))
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the whole new one
+    except OSError:  # a read-only cache only costs the next process a scan
+        pass
+
+
 @cache
 def _cached(target_id: str, kwargs: tuple[tuple[str, Any], ...], capability: str, window: int):
+    """The scan, once per process and, on disk, once per code version (the first reset of a retail-derived env
+    scans 1,000 target tasks: ~20 s on one core)."""
     import gymnasium as gym
 
-    target = gym.make(target_id, disable_env_checker=True, **dict(kwargs)).unwrapped
-    return scan(target, capability, window)
+    path = _pool_file(target_id, kwargs, capability, window)
+    pool = _load(path)
+    if pool is None:
+        target = gym.make(target_id, disable_env_checker=True, **dict(kwargs)).unwrapped
+        pool = scan(target, capability, window)
+        _store(path, pool)
+    return pool
 
 
 def sources(
