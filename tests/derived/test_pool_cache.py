@@ -60,3 +60,26 @@ def test_a_torn_or_foreign_cache_file_is_scanned_again(toy):
         fresh_process()
         assert pool.sources(TOY, {}, CAPABILITY, WINDOW) == first
     assert len(toy) == 4
+
+
+def test_read_mode_never_writes_and_off_mode_always_scans(toy, monkeypatch):
+    """synthesis's sandbox refuses file writes: there the pool is read (its parent scanned it), never written."""
+    path = pool._pool_file(TOY, (), CAPABILITY, WINDOW)
+    monkeypatch.setenv(pool.CACHE_MODE_VAR, "read")
+    first = pool.sources(TOY, {}, CAPABILITY, WINDOW)
+    assert not path.exists() and len(toy) == 1
+    monkeypatch.setenv(pool.CACHE_MODE_VAR, "on")
+    fresh_process()
+    pool.sources(TOY, {}, CAPABILITY, WINDOW)
+    assert path.exists() and len(toy) == 2
+    monkeypatch.setenv(pool.CACHE_MODE_VAR, "read")
+    fresh_process()
+    assert pool.sources(TOY, {}, CAPABILITY, WINDOW) == first and len(toy) == 2
+    monkeypatch.setenv(pool.CACHE_MODE_VAR, "off")
+    fresh_process()
+    pool.sources(TOY, {}, CAPABILITY, WINDOW)
+    assert len(toy) == 3
+    monkeypatch.setenv(pool.CACHE_MODE_VAR, "sometimes")
+    fresh_process()
+    with pytest.raises(ValueError, match="TRACE_POOL_CACHE must be one of"):
+        pool.sources(TOY, {}, CAPABILITY, WINDOW)

@@ -153,6 +153,12 @@ def scan(target: Any, capability: str, window: int) -> dict[str, tuple[Source, .
     return out
 
 
+# on: read and write the disk cache; read: only read it (synthesis's sandbox, which may not write files, reads
+# the pool its parent scanned); off: always scan
+CACHE_MODE_VAR = "TRACE_POOL_CACHE"
+CACHE_MODES = ("on", "read", "off")
+
+
 def cache_dir() -> Path:
     """Where scanned pools are kept between processes: ``$TRACE_CACHE/derived-pools`` (default ``~/.cache/trace``)."""
     return Path(os.environ.get("TRACE_CACHE", Path.home() / ".cache" / "trace")) / "derived-pools"
@@ -201,12 +207,16 @@ def _cached(target_id: str, kwargs: tuple[tuple[str, Any], ...], capability: str
     scans 1,000 target tasks: ~20 s on one core)."""
     import gymnasium as gym
 
+    mode = os.environ.get(CACHE_MODE_VAR, "on")
+    if mode not in CACHE_MODES:
+        raise ValueError(f"{CACHE_MODE_VAR} must be one of {list(CACHE_MODES)}, got {mode!r}")
     path = _pool_file(target_id, kwargs, capability, window)
-    pool = _load(path)
+    pool = _load(path) if mode != "off" else None
     if pool is None:
         target = gym.make(target_id, disable_env_checker=True, **dict(kwargs)).unwrapped
         pool = scan(target, capability, window)
-        _store(path, pool)
+        if mode == "on":
+            _store(path, pool)
     return pool
 
 

@@ -99,10 +99,14 @@ def check_in_sandbox(
     env = {
         key: value
         for key, value in os.environ.items()
-        if key in ("PATH", "PYTHONPATH", "HOME", "LANG", "VIRTUAL_ENV")
+        if key in ("PATH", "PYTHONPATH", "HOME", "LANG", "VIRTUAL_ENV", "TRACE_CACHE")
     }
     env.update(
-        PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1"
+        PYTHONDONTWRITEBYTECODE="1",
+        OMP_NUM_THREADS="1",
+        OPENBLAS_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        TRACE_POOL_CACHE="read",  # a derived env reads the source pool its parent scanned; writing is refused
     )
 
     def limit() -> None:  # runs in the child between fork and exec
