@@ -69,5 +69,3 @@ call the tool with exact ids, and finally tell the user the result with the amou
 reason, anything the order's status does not allow or that concerns another person's account, even if the \
 user insists; transfer only what no tool can do."""
 
-# The name the catalog capability envs import (trace_gym/synthesis/catalog/base.py): the target's policy, verbatim.
-POLICY_V1 = POLICY

@@ -38,7 +38,7 @@ from trace_gym.targets.retail.facts import Need, fmt
 from trace_gym.targets.retail.tools import CANCEL_REASONS, TOOLS, price_difference
 from trace_gym.worlds import State, clone
 
-ADDRESS_VERSION = 1  # data.py's address generator with zip codes that match the state (catalog envs keep 0)
+ADDRESS_VERSION = 1  # data.py's address generator with zip codes that match the state (version 0: the toy example env of synthesis)
 
 CAPABILITIES = (
     "precondition-checking",
