@@ -68,4 +68,3 @@ details (items and their new variants, address, amount, payment method, reason) 
 call the tool with exact ids, and finally tell the user the result with the amounts. Refuse, with the \
 reason, anything the order's status does not allow or that concerns another person's account, even if the \
 user insists; transfer only what no tool can do."""
-
