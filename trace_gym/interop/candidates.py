@@ -107,15 +107,19 @@ class CandidateGenerator:
         self._done: Counter[str] = Counter()  # canonical texts of the assistant turns taken so far
         self._read = 0  # messages of the episode already scanned for them
 
-    def start_episode(self) -> None:
-        """Read the instance's reference solution (once per episode) and reseed the argument draws."""
+    def start_episode(self, messages: list[dict[str, Any]] | None = None) -> None:
+        """Read the instance's reference solution (once per episode) and reseed the argument draws.
+
+        ``messages``, the observation after reset, may already hold assistant turns (a derived env's prefix,
+        played by the target's oracle): they are not the agent's, and the reference solution (the
+        continuation) does not include them, so they count as read."""
         try:
             plan = list(self.env.get_wrapper_attr("oracle_actions")())
         except (AttributeError, NotImplementedError):
             plan = []
         # One call per candidate: a multi-call oracle turn may use ids its own first call reveals.
         self.plan = [self._candidate(a, True) for action in plan for a in _single_calls(action)]
-        self._done, self._read = Counter(), 0
+        self._done, self._read = Counter(), len(messages or [])
         digest = hashlib.sha256(canonical({"plan": [c.text for c in self.plan]}).encode()).digest()
         self.rng = np.random.default_rng([self.seed, int.from_bytes(digest[:8], "little")])
 

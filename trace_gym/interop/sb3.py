@@ -86,7 +86,7 @@ class CandidateActionEnv(gym.Env[np.ndarray, np.int64]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         obs, info = self.env.reset(seed=seed, options={**self.reset_options, **(options or {})})
-        self.generator.start_episode()
+        self.generator.start_episode(obs)
         return self._observe(obs), self._info(info)
 
     def step(self, action: Any):
