@@ -341,7 +341,8 @@ def _engine_generator(
 def _plain(info: dict[str, Any]) -> dict[str, Any]:
     """Keep the JSON-friendly part of an info dict for trajectory files."""
     keep = {}
-    for k in ("reward_components", "requirements", "invalid_action"):
+    # first_failure and outcome: step 1's diagnosis (issue 28), which trace analyze reads from the records
+    for k in ("reward_components", "requirements", "invalid_action", "first_failure", "outcome"):
         if k in info:
             keep[k] = info[k]
     return keep
