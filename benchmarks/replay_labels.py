@@ -34,20 +34,26 @@ def replay(env: Any, record: dict[str, Any]) -> dict[str, Any] | None:
     if record.get("difficulty") is not None:
         options["difficulty"] = record["difficulty"]
     obs, info = env.reset(seed=record["seed"], options=options)
+    terminated = truncated = False
     recorded = record["messages"]
     # the raw actions as the agent produced them (text the env parses); older records only have the messages
     actions = record.get("actions") or [
         action_of(m) for m in recorded[len(obs) :] if m["role"] == "assistant"
     ]
-    reward, terminated, truncated = 0.0, False, False
+    reward = 0.0
     for action in actions:
         obs, reward, terminated, truncated, info = env.step(action)
         if terminated or truncated:
             break
     same = [dict(m) for m in obs] == [dict(m) for m in recorded[: len(obs)]] and len(obs) == len(recorded)
-    if not same or float(reward) != float(record["reward"]):
-        return None
-    return {**record, "requirements": dict(info.get("requirements", {}))}
+    if not same or float(reward) != float(record["reward"]) or not (terminated or truncated):
+        return None  # diverged, or not ended by the env (no verdict, so no labels to compare)
+    relabelled = {**record, "requirements": dict(info.get("requirements", {}))}
+    for key in ("first_failure", "outcome"):  # this code's diagnosis, where it has one
+        relabelled.pop(key, None)
+        if key in info:
+            relabelled[key] = info[key]
+    return relabelled
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -62,11 +68,17 @@ def main(argv: list[str] | None = None) -> None:
 
     with open(ns.records, encoding="utf-8") as f:
         records = [json.loads(line) for line in f if line.strip()]
-    envs: dict[str, Any] = {}
+    envs: dict[tuple[str, int | None], Any] = {}
     kept, diverged = [], 0
     for record in records:
         env_id = ns.env or record["env_id"]
-        env = envs.setdefault(env_id, gym.make(env_id, disable_env_checker=True).unwrapped)
+        # an episode the env cut at its turn limit is replayed under the same limit (the labels are the env's
+        # verdict at its end; without the limit the replay would stop mid-episode, unlabelled)
+        limit = record.get("turns") if record.get("truncated") else None
+        if (env_id, limit) not in envs:
+            kwargs = {} if limit is None else {"max_turns": limit}
+            envs[env_id, limit] = gym.make(env_id, disable_env_checker=True, **kwargs).unwrapped
+        env = envs[env_id, limit]
         relabelled = replay(env, record)
         if relabelled is None:
             diverged += 1
