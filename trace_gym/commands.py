@@ -1,4 +1,4 @@
-"""CLI subcommands of the environments (registered by ``trace_train.cli``): ``envs``, ``check``, ``play``.
+"""CLI subcommands of the environments (registered by the ``trace`` command): ``envs``, ``check``, ``play``.
 
 trace envs                               registered trace envs: id, capability, description
 trace check ENV_ID --seeds 500           the validation suite

@@ -1,6 +1,6 @@
 """A small client for OpenAI-compatible chat servers (vLLM, llama.cpp, hosted APIs), standard library only.
 
-Used by the HTTP policy (``trace_train.policies.openai_http``), the LLM user simulator
+Used by the HTTP policy of ``trace rollout``/``trace evaluate``, the LLM user simulator
 (``trace_gym.worlds.llm_user``) and the analysis agents. It speaks two endpoints:
 
 * ``POST {base_url}/chat/completions``: one request, the first choice's assistant message back (content plus

@@ -1,8 +1,8 @@
-"""CLI subcommand of step 1 that needs no model, ``trace analyze`` (registered by ``trace_train.cli``).
+"""CLI subcommand of step 1 that needs no model, ``trace analyze`` (registered by the ``trace`` command).
 
 trace analyze DIR [DIR ...] --out DIR [--labeller requirements|llm|both]   selection + report
 
-The trajectories come from ``trace rollout`` (``trace_train.base_rollouts``: it runs the base agent).
+The trajectories come from ``trace rollout`` (it runs the base agent, so it lives in the training package).
 
 See docs/analysis.md.
 """

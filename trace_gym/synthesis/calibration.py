@@ -8,7 +8,7 @@ the one closest to the bands (distance 0 when inside; ties go to the lower level
 the env's ``spec.json`` so that the registered id (and so training) uses it.
 
 The statistics are plain functions of the reward groups (:func:`level_stats`, :func:`choose_level`), so
-they are tested without a model; ``trace_train.calibrate`` gathers the groups with the real policy.
+they are tested without a model; ``trace calibrate`` gathers the groups with the real policy.
 """
 
 from __future__ import annotations

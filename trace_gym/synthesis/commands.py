@@ -1,10 +1,10 @@
-"""CLI subcommands of step 2 (registered by ``trace_train.cli``): ``synthesize``, ``isolation``.
+"""CLI subcommands of step 2 (registered by the ``trace`` command): ``synthesize``, ``isolation``.
 
 trace synthesize --capabilities selected_capabilities.json --target trace/retail-v2 --out generated_envs
     [--target-kwargs '{"difficulty": 1}']      derived envs of the capabilities the target declares
 trace isolation ENV_ID [ENV_ID ...] --seeds 100   the "oracle minus one capability" matrix
 
-``trace calibrate`` runs a model, so it lives in ``trace_train.calibrate``.
+``trace calibrate`` runs a model, so it lives in the training package, not here.
 """
 
 from __future__ import annotations
