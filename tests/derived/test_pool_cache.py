@@ -47,7 +47,7 @@ def test_other_code_or_other_kwargs_scan_again(toy, monkeypatch):
     pool.sources(TOY, {"max_turns": 30}, CAPABILITY, WINDOW)  # another target configuration
     assert len(toy) == 2
     fresh_process()
-    monkeypatch.setattr(pool, "code_version", lambda: "another-version")
+    monkeypatch.setattr(pool, "code_version", lambda target_id: "another-version")
     pool.sources(TOY, {}, CAPABILITY, WINDOW)
     assert len(toy) == 3
 
@@ -83,3 +83,8 @@ def test_read_mode_never_writes_and_off_mode_always_scans(toy, monkeypatch):
     fresh_process()
     with pytest.raises(ValueError, match="TRACE_POOL_CACHE must be one of"):
         pool.sources(TOY, {}, CAPABILITY, WINDOW)
+
+
+def test_the_code_version_covers_a_target_defined_outside_trace_gym(toy):
+    """The toy target lives in tests/: a change there must not reuse a pool scanned by the old toy."""
+    assert pool.code_version(TOY) != pool.code_version("trace/retail-v2")

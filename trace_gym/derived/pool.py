@@ -165,20 +165,33 @@ def cache_dir() -> Path:
 
 
 @cache
-def code_version() -> str:
-    """A hash of trace_gym's own source: a pool scanned by other code (a changed target, user or verifier) is
-    never reused."""
-    root = Path(__file__).resolve().parents[1]
+def code_version(target_id: str) -> str:
+    """A hash of trace_gym's own source and of the package that defines the target (a plugin or test target
+    lives outside trace_gym): a pool scanned by other code (a changed target, user or verifier) is never
+    reused."""
+    import importlib.util
+
+    import gymnasium as gym
+
+    roots = {Path(__file__).resolve().parents[1]}
+    entry_point = gym.spec(target_id).entry_point
+    if isinstance(entry_point, str):
+        spec = importlib.util.find_spec(entry_point.split(":")[0].split(".")[0])
+        if spec is not None and spec.origin:
+            origin = Path(spec.origin).resolve()
+            roots.add(origin.parent if origin.name == "__init__.py" else origin)
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
+    for root in sorted(roots):
+        files = [root] if root.is_file() else sorted(root.rglob("*.py"))
+        for path in files:
+            digest.update(str(path).encode())
+            digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
 def _pool_file(target_id: str, kwargs: tuple[tuple[str, Any], ...], capability: str, window: int) -> Path:
     key = json.dumps(
-        [target_id, [list(kv) for kv in kwargs], capability, window, code_version()], default=str
+        [target_id, [list(kv) for kv in kwargs], capability, window, code_version(target_id)], default=str
     )
     return cache_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 
