@@ -12,7 +12,11 @@ mechanism:
 | rescue | ``--level`` | success | on |
 | all | adaptive | milestones | on |
 
-Then, for the base and every arm:
+With ``--sft-episodes N`` every arm starts from the same adapter, first fitted to N oracle episodes of the
+capability env at ``--level`` (train tasks from ``--sft-seed-offset``, apart from GRPO's): the demo's own recipe
+(``[adapters.sft]``), so the arms train the agent the demo trains. That adapter is evaluated as its own row.
+
+Then, for the base (and the SFT adapter) and every arm:
 
 * the env's success at the deepest start (level 4: the whole target task) on held-out tasks (the capability
   env's own test split, itself inside the target's *train* split);
@@ -60,6 +64,10 @@ class Settings:
     env_eval: int
     target_eval: int
     lr: float
+    temperature: float
+    sft_episodes: int
+    sft_epochs: int
+    sft_seed_offset: int
     out: Path
     dtype: str
 
@@ -137,7 +145,39 @@ def evaluate(policy_dir: str, adapter: str | None, env_id: str, s: Settings, tar
     return [r["reward"] >= 1.0 for r in env_records], [float(r["reward"]) for r in target_records]
 
 
-def train_arm(name: str, env_id: str, s: Settings) -> dict[str, Any]:
+def fit_sft(env_id: str, s: Settings) -> dict[str, Any]:
+    """The adapter every arm starts from: fitted to ``sft_episodes`` oracle episodes of the env at ``level``."""
+    from trace_train.config import SFTArgs
+    from trace_train.sft import run_sft
+
+    out = s.out / "sft"
+    done = out / "sft_summary.json"
+    if (
+        done.is_file() and (out / "adapter").is_dir()
+    ):  # reused: a rerun of the arms trains from the same start
+        return json.loads(done.read_text())
+    started = time.time()
+    summary = run_sft(
+        SFTArgs(
+            env_id=env_id,
+            model=s.policy,
+            out=str(out),
+            episodes=s.sft_episodes,
+            epochs=s.sft_epochs,
+            lr=1e-3,  # the demo's [adapters.sft]
+            batch_size=2,
+            seed_offset=s.sft_seed_offset,
+            max_turns=12,
+            difficulty=s.level,
+            dtype=s.dtype,
+        )
+    )
+    summary["wall_s"] = round(time.time() - started, 1)
+    done.write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def train_arm(name: str, env_id: str, s: Settings, init_adapter: str | None) -> dict[str, Any]:
     from trace_train.config import GRPOArgs
     from trace_train.grpo.trainer import GRPOTrainer
 
@@ -156,6 +196,8 @@ def train_arm(name: str, env_id: str, s: Settings) -> dict[str, Any]:
         max_new_tokens=s.max_new_tokens,
         micro_batch_size=4,
         lr=s.lr,
+        temperature=s.temperature,
+        init_adapter=init_adapter,
         dtype=s.dtype,
         save_every=0,
         seed=0,
@@ -227,6 +269,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--env-eval", type=int, default=16, help="held-out env tasks at the deepest start")
     p.add_argument("--target-eval", type=int, default=24, help="target test tasks that need the capability")
     p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--temperature", type=float, default=1.0, help="the arms' sampling temperature")
+    p.add_argument(
+        "--sft-episodes", type=int, default=0, help="fit the arms' shared start adapter first (0: none)"
+    )
+    p.add_argument("--sft-epochs", type=int, default=1)
+    p.add_argument("--sft-seed-offset", type=int, default=100_000, help="first train task of the SFT fit")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--out", default="benchmarks/results/grpo_arms")
     ns = p.parse_args(argv)
@@ -240,9 +288,18 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{cpu_name()}; env {env_id}; budget {s.budget} rollouts per arm; {len(specs)} target test tasks")
     started = time.time()
     base_env, base_target = evaluate(s.policy, None, env_id, s, specs)
+    sft, init_adapter = None, None
+    if s.sft_episodes:
+        summary = fit_sft(env_id, s)
+        init_adapter = summary["adapter"]
+        sft_env, sft_target = evaluate(s.policy, init_adapter, env_id, s, specs)
+        sft = {**summary, "env_success": sft_env, "target_rewards": sft_target}
+        print(
+            f"sft: {s.sft_episodes} episodes, loss {summary.get('first_loss')} -> {summary.get('final_loss')}"
+        )
     results = []
     for name in s.arms:
-        r = train_arm(name, env_id, s)
+        r = train_arm(name, env_id, s, init_adapter)
         r["env_success"], r["target_rewards"] = evaluate(s.policy, r["adapter"], env_id, s, specs)
         results.append(r)
         print(
@@ -257,6 +314,12 @@ def main(argv: list[str] | None = None) -> None:
         "| target success | paired vs base |"
     )
     print("|---|---|---|---|---|---|---|---|")
+    if sft is not None:
+        print(
+            f"| sft (every arm's start) | {s.sft_episodes} oracle | - | - | {s.level} | "
+            f"{sum(sft['env_success'])}/{len(sft['env_success'])} | "
+            f"{sum(x >= 1.0 for x in sft['target_rewards'])}/{len(specs)} | {paired(base_target, sft['target_rewards'])} |"
+        )
     for r in results:
         fmt = ", ".join(f"{x:.2f}" if x is not None else "-" for x in r["informative"])
         levels = ", ".join(f"{x:.1f}" if x is not None else "-" for x in r["level"])
@@ -271,6 +334,7 @@ def main(argv: list[str] | None = None) -> None:
         "env_id": env_id,
         "target_test_seeds": [spec.seed for spec in specs],
         "base": {"env_success": base_env, "target_rewards": base_target},
+        "sft": sft,
         "arms": results,
         "wall_s": round(time.time() - started, 1),
     }

@@ -1,0 +1,219 @@
+"""Issue 26's figure 5: does an adapter fitted on a target-derived env transfer to the target better than one
+fitted the same way on the retired catalog env?
+
+For each capability, two adapters from the same base, fitted the same way: the same number of oracle episodes
+by SFT at level 1, then the same GRPO steps, groups and rollouts at level 1. One is fitted on
+``trace/retail-<capability>-v0`` (this tree), one on the catalog's ``trace/<capability>-v0`` from the tree before
+the catalog was retired (``--catalog-commit``, exported with ``git archive`` into a temporary directory). Both
+fits run in a subprocess with their own tree first on ``PYTHONPATH``, so neither sees the other's code.
+
+Then the base and every adapter play the same target test tasks that need the capability (greedy, this tree):
+success, the paired difference to the base (exact McNemar), and the capability's milestone pass rate: among the
+episodes that reached the capability's decision, the share whose requirement label for it is PRESENT (step 1's
+labels by cause).
+
+    python benchmarks/transfer_vs_catalog.py --policy runs/demo/01-base/sft-0/merged
+
+Slow on a CPU (about half an hour per capability on two cores at the defaults); the CPU is printed with the
+figures. Writes ``<out>/transfer.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+CATALOG_COMMIT = "9714355^"  # the last tree with the catalog envs (9714355 retired them)
+
+# run in a subprocess whose PYTHONPATH starts with the tree to fit in: SFT, then GRPO from the SFT adapter
+FIT = r"""
+import json, sys
+from trace_train.config import GRPOArgs, SFTArgs
+from trace_train.grpo.trainer import GRPOTrainer
+from trace_train.sft import run_sft
+
+a = json.loads(sys.argv[1])
+sft = run_sft(SFTArgs(env_id=a["env_id"], model=a["policy"], out=a["out"] + "/sft", episodes=a["sft_episodes"],
+                      epochs=1, lr=1e-3, batch_size=2, seed_offset=a["sft_seed_offset"], max_turns=12,
+                      difficulty=1, dtype=a["dtype"]))
+trainer = GRPOTrainer(GRPOArgs(env_id=a["env_id"], model=a["policy"], out=a["out"] + "/grpo",
+                               init_adapter=sft["adapter"], steps=a["grpo_steps"], groups_per_step=2, group_size=4,
+                               difficulty=1, max_turns=8, max_new_tokens=96, micro_batch_size=4, lr=1e-4,
+                               dtype=a["dtype"], save_every=0, seed=0, tensorboard=False, progress=False))
+trainer.train()
+trainer.policy.model.save_pretrained(a["out"] + "/adapter")
+print(json.dumps({"sft_first_loss": sft.get("first_loss"), "sft_final_loss": sft.get("final_loss"),
+                  "grpo_rollouts": trainer.state["rollouts"], "grpo_steps": trainer.state["step"]}))
+"""
+
+
+def export_tree(commit: str, into: Path) -> Path:
+    """``git archive`` of ``commit`` unpacked under ``into`` (the repository's own history, no network)."""
+    archive = into / "tree.tar"
+    with open(archive, "wb") as f:
+        subprocess.run(["git", "-C", str(REPO), "archive", commit], stdout=f, check=True)
+    tree = into / "tree"
+    with tarfile.open(archive) as tar:
+        tar.extractall(tree, filter="data")
+    return tree
+
+
+def fit(tree: Path, env_id: str, out: Path, ns: argparse.Namespace) -> dict[str, Any]:
+    """SFT then GRPO on ``env_id`` with ``tree``'s code; the adapter lands in ``out/adapter``."""
+    if (out / "fit.json").is_file() and (
+        out / "adapter"
+    ).is_dir():  # reused: a rerun evaluates the same adapters
+        return json.loads((out / "fit.json").read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    args = {
+        "env_id": env_id,
+        "policy": ns.policy,
+        "out": str(out),
+        "sft_episodes": ns.sft_episodes,
+        "sft_seed_offset": ns.sft_seed_offset,
+        "grpo_steps": ns.grpo_steps,
+        "dtype": ns.dtype,
+    }
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])}
+    started = time.time()
+    done = subprocess.run(
+        [sys.executable, "-c", FIT, json.dumps(args)], cwd=tree, env=env, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"fitting {env_id} in {tree} failed:\n{done.stderr[-4000:]}")
+    result = {**json.loads(done.stdout.strip().splitlines()[-1]), "env_id": env_id, "tree": str(tree)}
+    result["wall_s"] = round(time.time() - started, 1)
+    (out / "fit.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def target_test_specs(target: str, capability: str, n: int, difficulty: int | None) -> list[Any]:
+    """The first ``n`` test tasks of the target whose task exercises the capability."""
+    from trace_gym.registration import make_env
+    from trace_gym.seeds import reset_seed
+    from trace_train.rollout import ResetSpec
+
+    probe = make_env(target)
+    specs, index = [], 0
+    try:
+        while len(specs) < n and index < 20 * n + 200:
+            seed = reset_seed("test", index, probe)
+            options: dict[str, Any] = {"split": "test"}
+            if difficulty is not None:
+                options["difficulty"] = difficulty
+            probe.reset(seed=seed, options=options)
+            if capability in probe.unwrapped.task_capabilities():
+                specs.append(ResetSpec(seed=seed, group=len(specs), split="test", difficulty=difficulty))
+            index += 1
+    finally:
+        probe.close()
+    return specs
+
+
+def play(
+    policy_dir: str, adapter: str | None, target: str, specs: list[Any], ns: argparse.Namespace
+) -> list[dict]:
+    from trace_train.episodes import run_episodes
+    from trace_train.policy_factory import make_policy
+    from trace_train.rollout import SamplingConfig
+
+    policy = make_policy(policy_dir, adapter=adapter, dtype=ns.dtype)
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=96)
+    return run_episodes(policy, target, specs, sampling, max_turns=ns.max_turns, batch_size=16)
+
+
+def summarise(records: list[dict], capability: str) -> dict[str, Any]:
+    """Success per task, and the capability's milestone pass rate (PRESENT among episodes that reached it)."""
+    success = [float(r["reward"]) >= 1.0 for r in records]
+    labels = [(r.get("requirements") or {}).get(capability, "NA") for r in records]
+    reached = [label for label in labels if label in ("PRESENT", "LACKING")]
+    return {
+        "success": success,
+        "labels": labels,
+        "milestone_pass": (sum(label == "PRESENT" for label in reached), len(reached)),
+    }
+
+
+def paired(base: list[bool], arm: list[bool]) -> dict[str, Any]:
+    from trace_train.stats import mcnemar_exact
+
+    test = mcnemar_exact(arm, base)
+    gained = sum(1 for b, a in zip(base, arm, strict=True) if a and not b)
+    lost = sum(1 for b, a in zip(base, arm, strict=True) if b and not a)
+    return {
+        "gained": gained,
+        "lost": lost,
+        "p_value": test["p_value"],
+        "diff": (sum(arm) - sum(base)) / len(base),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--policy", required=True, help="the base agent (the demo's warm-started model directory)")
+    p.add_argument("--capabilities", default="policy-adherence,precondition-checking")
+    p.add_argument("--target", default="trace/retail-v2")
+    p.add_argument("--target-difficulty", type=int, default=1, help="the demo's target difficulty")
+    p.add_argument("--catalog-commit", default=CATALOG_COMMIT)
+    p.add_argument("--sft-episodes", type=int, default=24, help="oracle episodes of each env (the demo's 24)")
+    p.add_argument("--sft-seed-offset", type=int, default=100_000, help="first train task of the SFT fit")
+    p.add_argument("--grpo-steps", type=int, default=2, help="GRPO steps of 2 groups x 4 (the demo's 2)")
+    p.add_argument("--eval", type=int, default=32, help="target test tasks that need the capability")
+    p.add_argument("--max-turns", type=int, default=10, help="the demo's evaluation turn cap")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--out", default="benchmarks/results/transfer_vs_catalog")
+    ns = p.parse_args(argv)
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from grpo_arms import cpu_name  # the sibling benchmark (the script's folder is on sys.path)
+
+    started = time.time()
+    document: dict[str, Any] = {"cpu": cpu_name(), "settings": vars(ns), "capabilities": {}}
+    with tempfile.TemporaryDirectory(prefix="trace-catalog-") as tmp:
+        catalog_tree = export_tree(ns.catalog_commit, Path(tmp))
+        for capability in ns.capabilities.split(","):
+            envs = {
+                "derived": (REPO, f"trace/retail-{capability}-v0"),
+                "catalog": (catalog_tree, f"trace/{capability}-v0"),
+            }
+            fits = {
+                name: fit(tree, env_id, out / capability / name, ns) for name, (tree, env_id) in envs.items()
+            }
+            specs = target_test_specs(ns.target, capability, ns.eval, ns.target_difficulty)
+            rows = {"base": summarise(play(ns.policy, None, ns.target, specs, ns), capability)}
+            for name in envs:
+                adapter = str(out / capability / name / "adapter")
+                rows[name] = summarise(play(ns.policy, adapter, ns.target, specs, ns), capability)
+                rows[name]["paired_vs_base"] = paired(rows["base"]["success"], rows[name]["success"])
+            document["capabilities"][capability] = {
+                "fits": fits,
+                "test_seeds": [s.seed for s in specs],
+                "rows": rows,
+            }
+            print(f"\n{capability}: {len(specs)} target test tasks ({document['cpu']})")
+            print("| adapter fitted on | success | paired vs base (+/-, McNemar p) | milestone pass |")
+            print("|---|---|---|---|")
+            for name, row in rows.items():
+                vs = row.get("paired_vs_base")
+                vs_text = f"+{vs['gained']}/-{vs['lost']} (p {vs['p_value']:.3f})" if vs else "-"
+                passed, reached = row["milestone_pass"]
+                print(
+                    f"| {name} | {sum(row['success'])}/{len(specs)} | {vs_text} | {passed}/{reached} |",
+                    flush=True,
+                )
+    document["wall_s"] = round(time.time() - started, 1)
+    (out / "transfer.json").write_text(json.dumps(document, indent=2, default=str) + "\n")
+    print(f"wrote {out / 'transfer.json'} ({document['wall_s']} s)")
+
+
+if __name__ == "__main__":
+    main()
