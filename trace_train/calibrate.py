@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from rich.table import Table
 from trace_gym.registration import make_env
 from trace_gym.seeds import reset_seed
 from trace_gym.synthesis.calibration import Bands, Calibration, choose_level, level_stats
+from trace_train.ceiling import OracleCeiling, oracle_ceiling, require_ceiling
 from trace_train.config import (
     CalibrateArgs,
     CalibrationSettings,
@@ -42,6 +44,32 @@ def prompt_tokens(policy: Any, env_id: str, difficulty: int | None = None) -> in
     return len(renderer.encode(text))
 
 
+def level_ceilings(
+    policy: Any, env_id: str, levels: list[int], s: CalibrationSettings, first_seed: int
+) -> dict[int, OracleCeiling]:
+    """The oracle's ceiling under the caps on the tasks calibration measures, per level; a level below
+    ``s.min_oracle_ceiling`` is refused before any episode runs (policies without a chat renderer, e.g. a
+    served model, and envs without an oracle are not checked)."""
+    renderer = getattr(policy, "renderer", None)
+    if renderer is None:
+        return {}
+    ceilings = {}
+    for level in levels:
+        ceiling = oracle_ceiling(
+            renderer,
+            env_id,
+            tasks=s.seeds,
+            difficulty=level,
+            max_new_tokens=s.max_new_tokens,
+            max_turns=s.max_turns,
+            first_task=first_seed,
+        )
+        require_ceiling(ceiling, s.min_oracle_ceiling, f"calibrating {env_id}")
+        if ceiling is not None:
+            ceilings[level] = ceiling
+    return ceilings
+
+
 def calibrate(
     env_id: str,
     policy: Any,
@@ -61,6 +89,7 @@ def calibrate(
     probe = make_env(env_id)
     try:
         levels = list(s.levels or getattr(probe.unwrapped, "difficulty_levels", (1,)))
+        ceilings = level_ceilings(policy, env_id, levels, s, first_seed)
         specs = [
             ResetSpec(
                 seed=reset_seed("train", first_seed + i, probe), group=i, split="train", difficulty=level
@@ -87,7 +116,9 @@ def calibrate(
             if spec.difficulty == level:
                 rewards.setdefault(spec.group, []).append(record["reward"])
                 turns.append(record["turns"])
-        results.append(level_stats(level, [rewards[g] for g in sorted(rewards)], turns))
+        stats = level_stats(level, [rewards[g] for g in sorted(rewards)], turns)
+        ceiling = ceilings.get(level)
+        results.append(replace(stats, oracle_ceiling=None if ceiling is None else round(ceiling.share, 4)))
     tokens = prompt_tokens(policy, env_id) if hasattr(policy, "renderer") else None
     return Calibration(
         env_id, model_name, s.seeds, s.group_size, bands, results, choose_level(results, bands), tokens
@@ -118,6 +149,7 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
     for column in ("level", "mean reward", "success", f"pass@{g}", "all-success", "all-zero", "informative"):
         table.add_column(column)
     table.add_column("distance")
+    table.add_column("oracle fits caps")
     for st in result.levels:
         chosen = " *" if st.level == result.chosen.level else ""
         table.add_row(
@@ -129,6 +161,7 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
             f"{st.all_zero_share:.2f}",
             f"{st.informative_share:.2f}",
             f"{result.bands.distance(st):.3f}",
+            "-" if st.oracle_ceiling is None else f"{st.oracle_ceiling:.2f}",
         )
     console.print(table)
     console.print(

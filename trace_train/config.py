@@ -224,6 +224,13 @@ class CalibrationSettings:
     band_low: float = knob(0.2, "TRACE's band: lowest mean reward and success", minimum=0, maximum=1)
     band_high: float = knob(0.6, "TRACE's band: highest mean reward and success", minimum=0, maximum=1)
     informative: float = knob(0.5, "TRACE's band: least share of informative groups", minimum=0, maximum=1)
+    min_oracle_ceiling: float = knob(
+        0.9,
+        "refuse a level where the oracle's own episode fits max_new_tokens and max_turns on fewer of the measured "
+        "tasks (trace_train/ceiling.py; 0: never refuse)",
+        minimum=0,
+        maximum=1,
+    )
 
     def __post_init__(self) -> None:
         _check_positive(self, "seeds", "max_new_tokens", "max_turns", "batch_size")
@@ -372,6 +379,13 @@ class GRPOSettings:
     )
     rollout_budget: int = knob(
         0, "stop once this many rollouts are spent (refills and rescues included); 0: no budget", minimum=0
+    )
+    min_oracle_ceiling: float = knob(
+        0.9,
+        "refuse a run where the oracle's own episode fits max_new_tokens and max_turns on fewer of its first 16 "
+        "train tasks, at every level it can train at (trace_train/ceiling.py; 0: never refuse)",
+        minimum=0,
+        maximum=1,
     )
 
     def loss_config(self) -> LossConfig:
@@ -548,6 +562,9 @@ class DemoArgs:
     group_size: int = 8
     max_new_tokens: int = 16
     max_turns: int = 1
+    min_oracle_ceiling: float = (
+        0.9  # GRPO refuses caps that cut the oracle on more tasks (trace_train/ceiling.py)
+    )
     lr: float = 1e-4
     dtype: str = "auto"  # bf16 only where it is fast (see trace_train.models.auto_dtype)
     # GRPO stops at the first evaluation past this budget; 0 = no budget (a budget makes the number of

@@ -141,6 +141,7 @@ def _grpo_run(
         group_size=args.group_size,
         max_new_tokens=args.max_new_tokens,
         max_turns=args.max_turns,
+        min_oracle_ceiling=args.min_oracle_ceiling,
         loss_type="dapo",
         lr=args.lr,
         dynamic_sampling=True,

@@ -61,6 +61,8 @@ def test_sft_train_evaluate_cli(tiny_model_dir, tmp_path, capsys):
             "8",
             "--max-turns",
             "2",
+            "--min-oracle-ceiling",  # 8 tokens cut the lookup oracle's call: the CLI is under test, not a result
+            "0",
             "--lora-rank",
             "4",
             "--hint-fraction",

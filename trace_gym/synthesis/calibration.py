@@ -53,6 +53,9 @@ class LevelStats:
     all_zero_share: float
     informative_share: float
     mean_turns: float | None = None
+    oracle_ceiling: float | None = (
+        None  # share of the measured tasks whose oracle fits the caps (None: unknown)
+    )
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

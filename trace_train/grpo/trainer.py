@@ -24,6 +24,7 @@ import torch
 
 from trace_gym.registration import make_env
 from trace_gym.seeds import check_train_tasks, train_reset_seed
+from trace_train.ceiling import oracle_ceiling, require_ceiling
 from trace_train.config import GRPOArgs
 from trace_train.engine.attention import replay_attention
 from trace_train.grpo.advantages import group_advantages, informative_groups
@@ -105,6 +106,7 @@ class GRPOTrainer:
                 start=args.difficulty,
                 group_size=args.group_size,
             )
+        self._check_ceiling()
         self.n_target = round(args.target_share * args.groups_per_step) if args.target_env_id else 0
         self.target_envs = [make_env(args.target_env_id) for _ in range(self.n_target * args.group_size)]
         if self.target_envs:  # the target is scored by what it declares (its success reward if no shaping)
@@ -211,6 +213,24 @@ class GRPOTrainer:
                     )
                 )
         return specs
+
+    def _check_ceiling(self) -> None:
+        """Refuse caps that cut the oracle's own episodes (ceiling.py): every level this run can train at,
+        on its first train tasks; a group of such tasks scores 0 whatever the policy does."""
+        a = self.args
+        if not a.min_oracle_ceiling:
+            return
+        levels = self.curriculum.levels if self.curriculum is not None else [a.difficulty]
+        for level in levels:
+            ceiling = oracle_ceiling(
+                self.policy.renderer,
+                a.env_id,
+                tasks=16,
+                difficulty=level,
+                max_new_tokens=a.max_new_tokens,
+                max_turns=a.max_turns,
+            )
+            require_ceiling(ceiling, a.min_oracle_ceiling, f"GRPO on {a.env_id}")
 
     def _take_tasks(self, n: int, source: int = MAIN) -> list[int]:
         """Task indices for this rank: interleaved across ranks so no two ranks train the same seed (the env's

@@ -1,0 +1,114 @@
+"""The oracle's ceiling under a run's caps: the share of tasks whose own oracle episode fits them.
+
+A rollout cuts a turn at ``max_new_tokens`` tokens and an episode at ``max_turns`` agent turns. On a task whose
+oracle needs a longer turn (retail: a write listing several 10-digit item ids is 100-240 SmolLM2 tokens, since
+SmolLM2 writes digits one token each) or more turns, no agent can succeed the way the oracle does: the call is
+cut mid-JSON and the env reads a malformed action. A success rate measured under such caps mixes the agent's
+skill with the caps' ceiling, and a calibration or a GRPO run at a level where most tasks are cut measures
+nothing but the caps (the demo's calibration measured 0 success at every level with caps that cut 44-55% of
+its tasks' oracle turns and, at the deepest start, 82% of its episodes).
+
+:func:`oracle_ceiling` replays the env's ``oracle_actions()`` on the given train tasks, counts each turn in the
+policy's own tokens (its chat renderer, the text it would have to generate) and the turns from the agent's start;
+:func:`require_ceiling` refuses a run whose caps leave the oracle less than a given share, naming the cap and
+the value that fits. Envs without ``oracle_actions`` have no ceiling (None): nothing is checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from trace_gym.registration import make_env
+from trace_gym.seeds import train_reset_seed
+
+
+class CeilingError(ValueError):
+    """The caps cut the oracle's own episodes on too many tasks; the message names the cap and the fix."""
+
+
+@dataclass(frozen=True)
+class OracleCeiling:
+    env_id: str
+    level: int | None
+    tasks: int
+    fit: int  # tasks whose oracle episode fits both caps
+    cut_by_tokens: int  # tasks with an oracle turn longer than max_new_tokens
+    cut_by_turns: int  # tasks whose oracle needs more than max_turns agent turns
+    longest_turn: int  # tokens of the longest oracle turn over these tasks
+    most_turns: int  # agent turns of the longest oracle episode over these tasks
+    max_new_tokens: int
+    max_turns: int
+
+    @property
+    def share(self) -> float:
+        return self.fit / self.tasks if self.tasks else 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "share": round(self.share, 4)}
+
+    def describe(self) -> str:
+        where = f"{self.env_id}" + (f" at level {self.level}" if self.level is not None else "")
+        parts = [f"the oracle fits the caps on {self.fit}/{self.tasks} train tasks of {where}"]
+        if self.cut_by_tokens:
+            parts.append(
+                f"max_new_tokens {self.max_new_tokens} cuts an oracle turn on {self.cut_by_tokens} "
+                f"(its longest turn is {self.longest_turn} tokens: set max_new_tokens >= {self.longest_turn})"
+            )
+        if self.cut_by_turns:
+            parts.append(
+                f"max_turns {self.max_turns} ends {self.cut_by_turns} before the oracle does "
+                f"(it needs up to {self.most_turns} turns: set max_turns >= {self.most_turns})"
+            )
+        return "; ".join(parts)
+
+
+def oracle_ceiling(
+    renderer: Any,
+    env_id: str,
+    *,
+    tasks: int,
+    difficulty: int | None,
+    max_new_tokens: int,
+    max_turns: int,
+    first_task: int = 0,
+) -> OracleCeiling | None:
+    """The oracle's ceiling on train tasks ``first_task .. first_task + tasks - 1`` at ``difficulty``, each
+    oracle turn counted in ``renderer``'s tokens (a :class:`trace_train.chat.ChatRenderer`); None when the env
+    has no oracle."""
+    from trace_train.tool_text import assistant_text
+
+    env = make_env(env_id)
+    try:
+        if not callable(getattr(env.unwrapped, "oracle_actions", None)):
+            return None
+        fit = cut_tokens = cut_turns = longest = most = 0
+        options: dict[str, Any] = {"split": "train"}
+        if difficulty is not None:
+            options["difficulty"] = difficulty
+        for i in range(tasks):
+            env.reset(seed=train_reset_seed(first_task + i, env), options=options)
+            actions = list(env.unwrapped.oracle_actions())
+            lengths = [len(renderer.encode(assistant_text(a))) for a in actions]
+            too_long = any(n > max_new_tokens for n in lengths)
+            too_many = len(actions) > max_turns
+            cut_tokens += too_long
+            cut_turns += too_many
+            fit += not (too_long or too_many)
+            longest = max([longest, *lengths])
+            most = max(most, len(actions))
+    finally:
+        env.close()
+    return OracleCeiling(
+        env_id, difficulty, tasks, fit, cut_tokens, cut_turns, longest, most, max_new_tokens, max_turns
+    )
+
+
+def require_ceiling(ceiling: OracleCeiling | None, minimum: float, where: str) -> None:
+    """Raise :class:`CeilingError` when the oracle fits the caps on less than ``minimum`` of the tasks."""
+    if ceiling is None or ceiling.share >= minimum:
+        return
+    raise CeilingError(
+        f"{where}: {ceiling.describe()}. A success rate under these caps measures the caps, not the agent; "
+        f"raise them, or lower min_oracle_ceiling (now {minimum}) to run anyway"
+    )
