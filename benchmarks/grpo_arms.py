@@ -98,25 +98,23 @@ def register_capability_env(s: Settings) -> str:
     return env_id
 
 
-def target_test_specs(s: Settings) -> list[Any]:
-    """The first ``target_eval`` test tasks of the target whose task exercises the capability."""
+def target_test_specs(target: str, capability: str, n: int, difficulty: int | None) -> list[Any]:
+    """The first ``n`` test tasks of ``target`` (at ``difficulty``) whose task exercises ``capability``."""
     from trace_gym.registration import make_env
     from trace_gym.seeds import reset_seed
     from trace_train.rollout import ResetSpec
 
-    probe = make_env(s.target)
+    probe = make_env(target)
     specs, index = [], 0
     try:
-        while len(specs) < s.target_eval and index < 20 * s.target_eval + 200:
+        while len(specs) < n and index < 20 * n + 200:
             seed = reset_seed("test", index, probe)
             options: dict[str, Any] = {"split": "test"}
-            if s.target_difficulty is not None:
-                options["difficulty"] = s.target_difficulty
+            if difficulty is not None:
+                options["difficulty"] = difficulty
             probe.reset(seed=seed, options=options)
-            if s.capability in probe.unwrapped.task_capabilities():
-                specs.append(
-                    ResetSpec(seed=seed, group=len(specs), split="test", difficulty=s.target_difficulty)
-                )
+            if capability in probe.unwrapped.task_capabilities():
+                specs.append(ResetSpec(seed=seed, group=len(specs), split="test", difficulty=difficulty))
             index += 1
     finally:
         probe.close()
@@ -284,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"unknown arms {unknown}; known: {list(ARMS)}")
     s.out.mkdir(parents=True, exist_ok=True)
     env_id = register_capability_env(s)
-    specs = target_test_specs(s)
+    specs = target_test_specs(s.target, s.capability, s.target_eval, s.target_difficulty)
     print(f"{cpu_name()}; env {env_id}; budget {s.budget} rollouts per arm; {len(specs)} target test tasks")
     started = time.time()
     base_env, base_target = evaluate(s.policy, None, env_id, s, specs)

@@ -108,22 +108,10 @@ def test_calibration_refuses_caps_that_cut_the_oracle_before_any_episode(tiny_po
 
 
 def test_grpo_refuses_caps_that_cut_the_oracle(tiny_model_dir, tmp_path):
-    from trace_train.config import GRPOArgs
+    from tests.train.levels_args import levels_args
     from trace_train.grpo.trainer import GRPOTrainer
 
-    common = dict(
-        env_id=LOOKUP,
-        model=str(tiny_model_dir),
-        out=str(tmp_path / "run"),
-        steps=1,
-        groups_per_step=1,
-        group_size=2,
-        max_new_tokens=8,
-        max_turns=1,
-        lora_rank=2,
-        tensorboard=False,
-        progress=False,
-    )
+    common = dict(env_id=LOOKUP, groups_per_step=1, group_size=2, max_new_tokens=8)  # one turn, 8 tokens
     with pytest.raises(CeilingError, match="GRPO on .*lookup-v0"):
-        GRPOTrainer(GRPOArgs(**common))
-    GRPOTrainer(GRPOArgs(**common, min_oracle_ceiling=0))  # switched off: the trainer is built
+        GRPOTrainer(levels_args(tiny_model_dir, tmp_path / "run", **common))
+    GRPOTrainer(levels_args(tiny_model_dir, tmp_path / "run", **common, min_oracle_ceiling=0))  # switched off
