@@ -107,6 +107,7 @@ def _check_resumable(existing: list[dict[str, Any]], header: dict[str, Any], pat
 
 def rollout(args: RolloutArgs, progress: Callable[[int, int], None] | None = None) -> RolloutSummary:
     """Run ``args.episodes`` episodes (minus those already in the file with ``resume``); see the module doc."""
+    from trace_train.ceiling import check_caps
     from trace_train.episodes import run_episodes
     from trace_train.policies.base import SamplingConfig
     from trace_train.policies.scripted import ScriptedAgent
@@ -141,6 +142,17 @@ def rollout(args: RolloutArgs, progress: Callable[[int, int], None] | None = Non
                 policy = policy_from_args(args)
                 if isinstance(policy, ScriptedAgent):
                     policy.check(probe)
+                # failures under caps that cut the oracle itself would read as missing capabilities in step 1
+                check_caps(
+                    policy,
+                    args.env_id,
+                    difficulty=args.difficulty,
+                    max_new_tokens=args.max_new_tokens,
+                    max_turns=args.max_turns,
+                    minimum=args.min_oracle_ceiling,
+                    where=f"rolling out on {args.env_id}",
+                    first_task=args.seed_offset,
+                )
             except ValueError as err:
                 raise RolloutError(str(err)) from err
     finally:

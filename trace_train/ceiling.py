@@ -112,3 +112,36 @@ def require_ceiling(ceiling: OracleCeiling | None, minimum: float, where: str) -
         f"{where}: {ceiling.describe()}. A success rate under these caps measures the caps, not the agent; "
         f"raise them, or lower min_oracle_ceiling (now {minimum}) to run anyway"
     )
+
+
+def check_caps(
+    policy: Any,
+    env_id: str,
+    *,
+    difficulty: int | None,
+    max_new_tokens: int,
+    max_turns: int,
+    minimum: float,
+    where: str,
+    tasks: int = 16,
+    first_task: int = 0,
+) -> OracleCeiling | None:
+    """:func:`oracle_ceiling` on ``policy``'s own renderer, refused below ``minimum`` (:func:`require_ceiling`).
+
+    Measured on train tasks even when the run plays test tasks: the caps are a property of the env's task
+    distribution, and test tasks stay unread. None when nothing is checked: ``minimum`` 0, a policy without a chat
+    renderer (a served model, a scripted agent) or an env without an oracle."""
+    renderer = getattr(policy, "renderer", None)
+    if not minimum or renderer is None:
+        return None
+    ceiling = oracle_ceiling(
+        renderer,
+        env_id,
+        tasks=tasks,
+        difficulty=difficulty,
+        max_new_tokens=max_new_tokens,
+        max_turns=max_turns,
+        first_task=first_task,
+    )
+    require_ceiling(ceiling, minimum, where)
+    return ceiling

@@ -178,6 +178,13 @@ class EvalSettings:
         "cut a conversation past this many tokens (the env's turn limit normally ends it first)",
         minimum=1,
     )
+    min_oracle_ceiling: float = knob(
+        0.9,
+        "refuse caps under which the oracle's own episode fits max_new_tokens and max_turns on fewer of the env's "
+        "first 16 train tasks (trace_train/ceiling.py; 0: never refuse)",
+        minimum=0,
+        maximum=1,
+    )
 
     def __post_init__(self) -> None:
         _check_positive(self, "episodes", "max_turns", "max_new_tokens", "batch_size", "max_total_tokens")
@@ -273,6 +280,13 @@ class RolloutSettings:
     max_new_tokens: int = knob(256, "tokens per assistant turn", minimum=1)
     max_total_tokens: int = knob(
         32768, "local engine: cut longer conversations (scored as they stand)", minimum=1
+    )
+    min_oracle_ceiling: float = knob(
+        0.9,
+        "refuse caps under which the oracle's own episode fits max_new_tokens and max_turns on fewer of the env's "
+        "first 16 train tasks (trace_train/ceiling.py; 0: never refuse)",
+        minimum=0,
+        maximum=1,
     )
 
     def __post_init__(self) -> None:

@@ -159,6 +159,7 @@ def _grpo_run(
         max_turns=args.max_turns,
         max_new_tokens=args.max_new_tokens,
         batch_size=50,
+        min_oracle_ceiling=args.min_oracle_ceiling,
     )
     curve: list[dict[str, Any]] = []
     records: list[list[dict[str, Any]]] = []

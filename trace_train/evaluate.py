@@ -9,6 +9,7 @@ from typing import Any
 from trace_gym.records import RecordWriter, read_records, write_records
 from trace_gym.registration import make_env
 from trace_gym.seeds import reset_seed
+from trace_train.ceiling import check_caps
 from trace_train.config import EvalSettings
 from trace_train.episodes import run_episodes
 from trace_train.policies.base import Policy, SamplingConfig
@@ -26,6 +27,7 @@ class EvalResult:
     reward_mean: float
     reward_ci: tuple[float, float]
     trajectories: list[dict[str, Any]]
+    oracle_ceiling: dict[str, Any] | None = None  # the caps' ceiling on train tasks (ceiling.py), when checked
 
     def summary(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "trajectories"}
@@ -61,6 +63,15 @@ def evaluate(
     episodes = s.episodes
     sampling = SamplingConfig(temperature=s.temperature, max_new_tokens=s.max_new_tokens)
     path = Path(out_jsonl) if out_jsonl is not None else None
+    ceiling = check_caps(
+        policy,
+        env_id,
+        difficulty=difficulty,
+        max_new_tokens=s.max_new_tokens,
+        max_turns=s.max_turns,
+        minimum=s.min_oracle_ceiling,
+        where=f"evaluating on {env_id}",
+    )
     probe = make_env(env_id)  # tells the seed convention (split-relative or disjoint ranges)
     try:
         specs = [
@@ -104,6 +115,7 @@ def evaluate(
         reward_mean=sum(rewards) / n if n else 0.0,
         reward_ci=bootstrap_mean_interval(rewards),
         trajectories=records,
+        oracle_ceiling=ceiling.to_json() if ceiling is not None else None,
     )
     if path is not None:  # the same records, in task order
         write_records(path, records)

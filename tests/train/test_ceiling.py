@@ -115,3 +115,30 @@ def test_grpo_refuses_caps_that_cut_the_oracle(tiny_model_dir, tmp_path):
     with pytest.raises(CeilingError, match="GRPO on .*lookup-v0"):
         GRPOTrainer(levels_args(tiny_model_dir, tmp_path / "run", **common))
     GRPOTrainer(levels_args(tiny_model_dir, tmp_path / "run", **common, min_oracle_ceiling=0))  # switched off
+
+
+def test_evaluation_refuses_caps_that_cut_the_oracle_and_records_the_ceiling(tiny_policy, tmp_path):
+    from trace_train.config import EvalSettings
+    from trace_train.evaluate import evaluate
+
+    out = tmp_path / "eval.jsonl"
+    with pytest.raises(CeilingError, match="evaluating on .*lookup-v0.*max_turns 1 ends 16"):
+        evaluate(tiny_policy, LOOKUP, EvalSettings(episodes=2, max_turns=1, max_new_tokens=8), out_jsonl=out)
+    assert not out.exists()  # refused before any episode ran
+    result = evaluate(tiny_policy, LOOKUP, EvalSettings(episodes=2, max_turns=2, max_new_tokens=256))
+    ceiling = result.summary()["oracle_ceiling"]
+    assert (ceiling["tasks"], ceiling["fit"], ceiling["max_turns"]) == (16, 16, 2)
+    off = evaluate(tiny_policy, LOOKUP, EvalSettings(episodes=2, max_turns=1, min_oracle_ceiling=0))
+    assert off.episodes == 2 and off.oracle_ceiling is None
+
+
+def test_step1_rollouts_refuse_caps_that_cut_the_oracle(tiny_model_dir, tmp_path):
+    """Failures under such caps would be read by step 1 as missing capabilities."""
+    from trace_train.base_rollouts import RolloutArgs, RolloutError, rollout
+
+    common = dict(env_id=LOOKUP, model=str(tiny_model_dir), episodes=2, max_turns=1, max_new_tokens=8)
+    with pytest.raises(RolloutError, match="rolling out on .*lookup-v0.*set max_turns >= 2"):
+        rollout(RolloutArgs(**common, out=str(tmp_path / "cut")))
+    assert not (tmp_path / "cut" / "trajectories.jsonl").exists()
+    summary = rollout(RolloutArgs(**common, out=str(tmp_path / "off"), min_oracle_ceiling=0))
+    assert summary.written == 2

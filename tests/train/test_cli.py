@@ -109,6 +109,8 @@ def test_sft_train_evaluate_cli(tiny_model_dir, tmp_path, capsys):
             "8",
             "--max-turns",
             "2",
+            "--min-oracle-ceiling",
+            "0",
             "--out",
             str(traj),
             "--json",

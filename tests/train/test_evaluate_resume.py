@@ -16,7 +16,7 @@ def _eval(policy, out, resume=False, episodes=6):
     return evaluate(
         policy,
         "traintest/lookup-v0",
-        EvalSettings(episodes=episodes, max_new_tokens=6, max_turns=2, batch_size=2),
+        EvalSettings(episodes=episodes, max_new_tokens=6, max_turns=2, batch_size=2, min_oracle_ceiling=0),
         out_jsonl=out,
         resume=resume,
     )
