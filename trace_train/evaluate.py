@@ -27,7 +27,9 @@ class EvalResult:
     reward_mean: float
     reward_ci: tuple[float, float]
     trajectories: list[dict[str, Any]]
-    oracle_ceiling: dict[str, Any] | None = None  # the caps' ceiling on train tasks (ceiling.py), when checked
+    oracle_ceiling: dict[str, Any] | None = (
+        None  # the caps' ceiling on train tasks (ceiling.py), when checked
+    )
 
     def summary(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "trajectories"}
