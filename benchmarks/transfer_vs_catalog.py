@@ -70,8 +70,9 @@ def export_tree(commit: str, into: Path) -> Path:
     return tree
 
 
-def fit(tree: Path, env_id: str, out: Path, ns: argparse.Namespace) -> dict[str, Any]:
-    """SFT then GRPO on ``env_id`` with ``tree``'s code; the adapter lands in ``out/adapter``."""
+def fit(tree: Path, code: str, env_id: str, out: Path, ns: argparse.Namespace) -> dict[str, Any]:
+    """SFT then GRPO on ``env_id`` with ``tree``'s code (recorded as ``code``: a commit, not the temporary
+    directory it was unpacked in); the adapter lands in ``out/adapter``."""
     if (out / "fit.json").is_file() and (
         out / "adapter"
     ).is_dir():  # reused: a rerun evaluates the same adapters
@@ -96,7 +97,7 @@ def fit(tree: Path, env_id: str, out: Path, ns: argparse.Namespace) -> dict[str,
     )
     if done.returncode != 0:
         raise RuntimeError(f"fitting {env_id} in {tree} failed:\n{done.stderr[-4000:]}")
-    result = {**json.loads(done.stdout.strip().splitlines()[-1]), "env_id": env_id, "tree": str(tree)}
+    result = {**json.loads(done.stdout.strip().splitlines()[-1]), "env_id": env_id, "code": code}
     result["wall_s"] = round(time.time() - started, 1)
     (out / "fit.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -165,17 +166,21 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     from grpo_arms import cpu_name, target_test_specs  # the sibling benchmark (its folder is on sys.path)
 
+    this_commit = subprocess.run(
+        ["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True
+    ).stdout.strip()
     started = time.time()
     document: dict[str, Any] = {"cpu": cpu_name(), "settings": vars(ns), "capabilities": {}}
     with tempfile.TemporaryDirectory(prefix="trace-catalog-") as tmp:
         catalog_tree = export_tree(ns.catalog_commit, Path(tmp))
         for capability in ns.capabilities.split(","):
             envs = {
-                "derived": (REPO, f"trace/retail-{capability}-v0"),
-                "catalog": (catalog_tree, f"trace/{capability}-v0"),
+                "derived": (REPO, this_commit, f"trace/retail-{capability}-v0"),
+                "catalog": (catalog_tree, ns.catalog_commit, f"trace/{capability}-v0"),
             }
             fits = {
-                name: fit(tree, env_id, out / capability / name, ns) for name, (tree, env_id) in envs.items()
+                name: fit(tree, code, env_id, out / capability / name, ns)
+                for name, (tree, code, env_id) in envs.items()
             }
             specs = target_test_specs(ns.target, capability, ns.eval, ns.target_difficulty)
             rows = {"base": summarise(play(ns.policy, None, ns.target, specs, ns), capability)}
