@@ -44,7 +44,7 @@ from trace_train.sft import run_sft
 a = json.loads(sys.argv[1])
 sft = run_sft(SFTArgs(env_id=a["env_id"], model=a["policy"], out=a["out"] + "/sft", episodes=a["sft_episodes"],
                       epochs=1, lr=1e-3, batch_size=2, seed_offset=a["sft_seed_offset"], max_turns=12,
-                      difficulty=1, dtype=a["dtype"]))
+                      difficulty=1, dtype=a["dtype"], micro_batch_tokens=a["sft_micro_batch_tokens"]))
 # the catalog's tree predates the oracle-ceiling check (and its knob): both fits run at the same caps regardless
 check = {"min_oracle_ceiling": a["min_oracle_ceiling"]} if "min_oracle_ceiling" in GRPOArgs.__dataclass_fields__ else {}
 trainer = GRPOTrainer(GRPOArgs(env_id=a["env_id"], model=a["policy"], out=a["out"] + "/grpo",
@@ -89,6 +89,7 @@ def fit(tree: Path, code: str, env_id: str, out: Path, ns: argparse.Namespace) -
         "max_turns": ns.max_turns,
         "min_oracle_ceiling": ns.min_oracle_ceiling,
         "dtype": ns.dtype,
+        "sft_micro_batch_tokens": ns.sft_micro_batch_tokens,
     }
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])}
     started = time.time()
@@ -96,7 +97,12 @@ def fit(tree: Path, code: str, env_id: str, out: Path, ns: argparse.Namespace) -
         [sys.executable, "-c", FIT, json.dumps(args)], cwd=tree, env=env, capture_output=True, text=True
     )
     if done.returncode != 0:
-        raise RuntimeError(f"fitting {env_id} in {tree} failed:\n{done.stderr[-4000:]}")
+        why = f"exit status {done.returncode}"
+        if done.returncode < 0:  # killed by a signal; SIGKILL with no traceback is the kernel's OOM killer
+            why = f"killed by signal {-done.returncode}" + (
+                " (out of memory?)" if done.returncode == -9 else ""
+            )
+        raise RuntimeError(f"fitting {env_id} ({code}) failed, {why}:\n{done.stderr[-4000:]}")
     result = {**json.loads(done.stdout.strip().splitlines()[-1]), "env_id": env_id, "code": code}
     result["wall_s"] = round(time.time() - started, 1)
     (out / "fit.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -158,6 +164,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-turns", type=int, default=12, help="agent turns (GRPO and evaluation)")
     p.add_argument(
         "--min-oracle-ceiling", type=float, default=0.9, help="GRPO's refusal (0: off, e.g. tiny models)"
+    )
+    p.add_argument(
+        "--sft-micro-batch-tokens",
+        type=int,
+        default=1024,
+        help="SFT tokens per forward/backward (memory: ~1.2 GB per 1,000 in bf16; both fits alike)",
     )
     p.add_argument("--dtype", default="auto")
     p.add_argument("--out", default="benchmarks/results/transfer_vs_catalog")
