@@ -120,6 +120,7 @@ class PairedComparison:
     reward_diff: float
     reward_diff_ci: tuple[float, float]
     reward_p: float
+    kept_share: float | None = None  # of A's successes, the share B also solves (None: A solved nothing)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -163,4 +164,5 @@ def compare_paired(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]
         reward_diff=pb["mean_diff"],
         reward_diff_ci=(pb["ci_low"], pb["ci_high"]),
         reward_p=pb["p_value"],
+        kept_share=(sum(sa) - int(mc["only_a"])) / sum(sa) if any(sa) else None,
     )

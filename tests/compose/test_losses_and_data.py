@@ -101,6 +101,36 @@ def test_an_adapter_without_successes_is_labelled_on_oracle_episodes(composition
         collect_gate_data(composition, composition.tokenizer, envs, args)
 
 
+def test_base_target_episodes_label_the_bases_own_target_contexts_slot_0(composition, monkeypatch):
+    """Issue 30's do no harm: with ``base_target_episodes`` the base is also rolled out on the target's train
+    tasks from ``base_target_seed_offset`` and every generated token there is labelled slot 0."""
+    import pytest
+
+    from trace_train.compose import data
+    from trace_train.compose.config import ComposeArgs
+
+    calls = []
+    real = data._rollouts
+
+    def spy(policy, env_id, episodes, first_index, *rest):
+        calls.append((policy.slot, env_id, episodes, first_index))
+        return real(policy, env_id, episodes, first_index, *rest)
+
+    monkeypatch.setattr(data, "_rollouts", spy)
+    envs = ["traintest/lookup-v0"] * 3
+    common = dict(adapters=["a"] * 3, envs=envs, episodes_per_env=1, base_episodes_per_env=0, min_reward=0.0)
+    common.update(max_new_tokens=4, max_turns=2, rollout_batch_size=2, difficulties=["none"] * 3)
+    args = ComposeArgs(**common, base_target_episodes=2, base_target_seed_offset=7, target="traintest/echo-v0")
+    examples, report = data.collect_gate_data(composition, composition.tokenizer, envs, args)
+    target = [e for e in examples if e.env_id == "traintest/echo-v0"]
+    assert len(target) == 2 and {e.slot for e in target} == {0}
+    assert all(label in (0, IGNORE) for e in target for label in e.gate_labels)
+    assert calls[-1] == (0, "traintest/echo-v0", 2, 7)
+    assert report.per_slot["base@traintest/echo-v0 (target)"]["episodes"] == 2
+    with pytest.raises(ValueError, match="needs --target"):
+        ComposeArgs(**common, base_target_episodes=2)
+
+
 def test_micro_batches_give_the_whole_batch_gradient(composition):
     """Gate training split into micro-batches (each right-padded alone, gradients accumulated) gives the
     whole batch's label and LM losses and gate gradients; the LM head runs only on target positions."""

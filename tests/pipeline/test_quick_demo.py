@@ -29,6 +29,11 @@ def test_quick_demo_runs_every_stage_then_skips_them(tmp_path):
     assert all((out / "06-adapters" / cap / "sft" / "adapter").is_dir() for cap in adapters)
     rows = json.loads((out / "08-evaluation" / "table.json").read_text())["rows"]
     assert {r["method"] for r in rows} >= {"base", "router", "moe", "direct_grpo"}
+    # every method is tested against the base and against direct GRPO (the fair baseline), on the same tasks
+    others = [r for r in rows if r["method"] not in ("base", "direct_grpo")]
+    assert all("kept_share" in r["vs_base"] and "vs_direct_grpo" in r for r in others)
+    gates = json.loads((out / "07-gates" / "stage.json").read_text())["result"]
+    assert any(name.endswith("(target)") for name in gates["data"])  # the base's own target contexts, slot 0
 
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-4000:]

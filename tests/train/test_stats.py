@@ -67,3 +67,15 @@ def test_paired_bootstrap_no_difference():
     assert result == {"mean_diff": 0.0, "ci_low": 0.0, "ci_high": 0.0, "p_value": 1.0}
     noisy = paired_bootstrap(values, values[1:] + values[:1])
     assert noisy["ci_low"] < 0 < noisy["ci_high"] and noisy["p_value"] > 0.5
+
+
+def test_kept_share_counts_the_base_successes_the_other_also_solves():
+    """Issue 30's "do no harm": of the base's 4 successes, the other solves 1 (and gains 2 of its own)."""
+    base = [{"seed": i, "reward": float(i in (0, 1, 2, 3))} for i in range(10)]
+    other = [{"seed": i, "reward": float(i in (3, 7, 8))} for i in range(10)]
+    cmp = compare_paired(base, other)
+    assert cmp.kept_share == pytest.approx(1 / 4)
+    assert cmp.to_json()["kept_share"] == pytest.approx(0.25)
+    assert compare_paired(other, other).kept_share == 1.0
+    nothing = [{"seed": i, "reward": 0.0} for i in range(10)]
+    assert compare_paired(nothing, other).kept_share is None  # nothing to keep: not 0, not 1

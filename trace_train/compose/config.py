@@ -13,6 +13,15 @@ class GateSettings:
 
     episodes_per_env: int = knob(32, "rollouts of each adapter on its env (successes are kept)", minimum=1)
     base_episodes_per_env: int = knob(8, "base rollouts per env, labelled slot 0", minimum=0)
+    base_target_episodes: int = knob(
+        0,
+        "base rollouts on the target's own train tasks (needs a target), labelled slot 0: the gates learn to "
+        "leave the base alone where no adapter was trained to act (do no harm)",
+        minimum=0,
+    )
+    base_target_seed_offset: int = knob(
+        200_000, "first train-split task index of those target rollouts", minimum=0
+    )
     min_reward: float = knob(
         1.0, "an adapter episode counts as a success from this reward", minimum=0, maximum=1
     )
@@ -67,6 +76,8 @@ class ComposeArgs(GateSettings):
     difficulties: list[int | None] = field(
         default_factory=list
     )  # per env (same order); default: each env's own
+    target: str | None = None  # the target env id (base_target_episodes roll the base out on its train split)
+    target_difficulty: int | None = None
     # continue from OUT/checkpoints/latest with the data of OUT/gate_data.pt; with the data but no checkpoint yet
     # (a run stopped before its first save), start at step 0 on that data
     resume: bool = False
@@ -77,6 +88,8 @@ class ComposeArgs(GateSettings):
         self.difficulties = [
             None if d is None or str(d).lower() == "none" else int(d) for d in self.difficulties
         ]
+        if self.base_target_episodes and not self.target:
+            raise ValueError("--base-target-episodes needs --target (the env the base is rolled out on)")
         super().__post_init__()
 
 

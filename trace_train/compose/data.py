@@ -2,8 +2,8 @@
 
 For adapter k (slot k) the composed model is forced to slot k, which is exactly adapter k (see
 ``model.py``), and rolled out on env k's train split; successful episodes (reward >= ``min_reward``) are kept.
-The base (slot 0) is rolled out on the same envs and its generated text is labelled 0: it teaches the gates
-when *not* to deviate from the base.
+The base (slot 0) is rolled out on the same envs, and with ``base_target_episodes`` on the target's own train
+tasks, and its generated text is labelled 0: it teaches the gates when *not* to deviate from the base.
 
 Labels sit on the position that *produces* a token: the gate of position j decides how the model computes
 the distribution of token j+1, so if token j+1 was generated under slot k, position j gets label k.
@@ -156,6 +156,23 @@ def collect_gate_data(
             kept = [t for t in base if t.generated_tokens]
             examples += [label_trajectory(t, 0, env_id, lm=t.reward >= args.min_reward) for t in kept]
             report.add(f"base@{env_id}", base, len(kept))
+    target = getattr(args, "target", None)
+    if getattr(args, "base_target_episodes", 0) and target:
+        # the base's own target contexts: slot 0, so the gates leave the base alone where no adapter acts
+        base_policy = SlotPolicy(composition, tokenizer, 0)
+        level = getattr(args, "target_difficulty", None)
+        base = _rollouts(
+            base_policy,
+            target,
+            args.base_target_episodes,
+            args.base_target_seed_offset,
+            sampling,
+            args,
+            level,
+        )
+        kept = [t for t in base if t.generated_tokens]
+        examples += [label_trajectory(t, 0, target, lm=t.reward >= args.min_reward) for t in kept]
+        report.add(f"base@{target} (target)", base, len(kept))
     if not any(e.slot for e in examples):
         raise RuntimeError(
             "no adapter produced a successful episode on its own env "

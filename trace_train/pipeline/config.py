@@ -168,6 +168,9 @@ class GatesConfig(GateSettings):
     enabled: bool = knob(True, "train token-level gates over the adapters (the MoE composition)")
     steps: int = knob(50, "gate optimiser steps", minimum=1)
     episodes_per_env: int = knob(16, "rollouts per capability env that feed the gate data", minimum=1)
+    base_target_episodes: int = knob(
+        8, "base rollouts on the target's train tasks, labelled slot 0 (do no harm: issue 30)", minimum=0
+    )
     max_new_tokens: int = knob(96, "tokens per turn of the gate-data rollouts", minimum=1)
     max_turns: int = knob(8, "turn cap of the gate-data rollouts", minimum=1)
     save_every: int = knob(0, "checkpoint every N gate steps (0: every quarter of the steps)", minimum=0)

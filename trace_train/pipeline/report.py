@@ -140,7 +140,20 @@ def to_html(title: str, intro: list[str], sections: list[Section]) -> str:
     return "\n".join(parts) + "\n"
 
 
+def check_tables(sections: list[Section]) -> None:
+    """Every row has as many cells as its header: a missing header cell shifts every column after it."""
+    for s in sections:
+        for header, rows in s.tables:
+            for row in rows:
+                if len(row) != len(header):
+                    raise ValueError(
+                        f"report section {s.title!r}: a row has {len(row)} cells for {len(header)} columns "
+                        f"({header}): {row}"
+                    )
+
+
 def write_report(out: Path, title: str, intro: list[str], sections: list[Section]) -> dict[str, str]:
+    check_tables(sections)
     out.mkdir(parents=True, exist_ok=True)
     for s in sections:
         for name, png in s.images:

@@ -4,8 +4,9 @@ Methods (``evaluation.methods``): ``base``; ``adapters`` (each capability adapte
 ``router`` (the paper's task-level router) and ``moe`` (the learned token-level gates) from step 4;
 ``direct_grpo``, the paper's fair baseline: GRPO directly on the target's train split with the same rollout
 budget as all capability adapters together (trained here, in ``direct_grpo/``). Each row: success with a 95%
-Wilson interval, mean reward, an exact McNemar test against the base on the same seeds, the training rollouts
-the method cost and the wall times. This is the only stage that touches the test split.
+Wilson interval, mean reward, an exact McNemar test and a paired bootstrap against the base on the same seeds
+(and against direct GRPO where it was measured), the share of the base's successes the method keeps (do no
+harm), the training rollouts the method cost and the wall times. This is the only stage that touches the test split.
 """
 
 from __future__ import annotations
@@ -159,6 +160,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
     for row in rows:
         if row["method"] != "base":
             row["vs_base"] = _paired(trajectories["base"], trajectories[row["method"]])
+        if "direct_grpo" in trajectories and row["method"] not in ("base", "direct_grpo"):
+            # the question a user asks first: better than training on the target directly?
+            row["vs_direct_grpo"] = _paired(trajectories["direct_grpo"], trajectories[row["method"]])
     write_json(ctx.dir / "table.json", {"rows": rows, "not_run": not_run, "env_id": cfg.target.env_id})
     best = max(rows, key=lambda r: r["success_rate"])
     return {

@@ -1,7 +1,8 @@
 """Stage ``gates``: step 4, token-level gates over the capability adapters (``trace compose``).
 
 Calls :func:`trace_train.compose.train.compose`: gate data from each adapter's rollouts on its own capability
-env (train split) plus base text, then only the gates train. The artefact (gates, adapters, manifest) is the
+env (train split) plus base text (on those envs, and with ``base_target_episodes`` on the target's own train
+tasks, labelled slot 0: do no harm), then only the gates train. The artefact (gates, adapters, manifest) is the
 stage folder itself; an interrupted stage resumes from its gate data (kept once collected) and the compose checkpoint.
 """
 
@@ -27,6 +28,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
         train_seeds("gates", info["env_id"], 0, g.episodes_per_env + g.base_episodes_per_env)
         if g.oracle_episodes:
             train_seeds("gates", info["env_id"], g.oracle_seed_offset, g.oracle_episodes)
+    if g.base_target_episodes:  # the base's own target contexts (slot 0)
+        train_seeds("gates", cfg.target.env_id, g.base_target_seed_offset, g.base_target_episodes)
     from trace_train.compose.config import ComposeArgs, GateSettings
     from trace_train.compose.train import compose, step_status
     from trace_train.config import settings_of
@@ -42,6 +45,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
         dtype=cfg.base.dtype,
         seed=cfg.seed,
         difficulties=[adapters[n].get("difficulty") for n in names],  # the levels the adapters trained at
+        target=cfg.target.env_id,
+        target_difficulty=cfg.target.difficulty,
         # the gate data (minutes of rollouts) is kept even when the run stopped before the first checkpoint
         resume=ctx.resume and (ctx.dir / "gate_data.pt").is_file(),
         tensorboard=False,
@@ -58,7 +63,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
         ctx.log(f"gates not trained: {err}")
         return {
             "artefact": None,
-            "data_rollouts": len(names) * (g.episodes_per_env + g.base_episodes_per_env),
+            "data_rollouts": len(names) * (g.episodes_per_env + g.base_episodes_per_env)
+            + g.base_target_episodes,
             "wall_s": round(time.time() - started, 1),
             "summary": f"gates not trained: {err}",
         }
@@ -67,7 +73,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "names": names,
         "final": {k: v for k, v in last.items() if isinstance(v, int | float)},
         "data": last.get("data"),  # per slot: episodes, kept, success (oracle stand-ins marked "(oracle)")
-        "data_rollouts": len(names) * (g.episodes_per_env + g.base_episodes_per_env),
+        "data_rollouts": len(names) * (g.episodes_per_env + g.base_episodes_per_env) + g.base_target_episodes,
         "wall_s": round(time.time() - started, 1),
         "summary": f"gates over {names}: final loss {last.get('loss', float('nan')):.3f}",
     }

@@ -237,15 +237,29 @@ def gates_section(ctx: StageContext) -> Section:
     return s
 
 
+def _reward_diff(paired: dict[str, Any] | None) -> str:
+    if not paired:
+        return "-"
+    lo, hi = paired["reward_diff_ci"]
+    return f"{paired['reward_diff']:+.3f} ({lo:+.3f}, {hi:+.3f})"
+
+
 def evaluation_section(ctx: StageContext) -> Section:
     cfg, ev = ctx.config, ctx.upstream["evaluation"]
     rows_in = ev["rows"]
+    direct = any("vs_direct_grpo" in r for r in rows_in)
     s = Section(f"Final table: {cfg.target.env_id}, test split")
     s.paragraphs.append(
         f"{rows_in[0]['episodes']} test tasks, the same for every method (greedy decoding). 95% Wilson intervals; "
         "p: exact McNemar test against the base on the same tasks (gained/lost = tasks the method wins that the base fails, and the reverse); "
         "reward diff: mean paired reward difference to the base with a paired-bootstrap 95% interval. "
-        "Rollouts: training episodes the method cost beyond the base agent (router and MoE: all adapters plus the gate data)."
+        "Base successes kept: of the test tasks the base solves, the share the method also solves (do no harm). "
+        + (
+            "The same paired tests against direct GRPO (the fair baseline) where it was measured. "
+            if direct
+            else ""
+        )
+        + "Rollouts: training episodes the method cost beyond the base agent (router and MoE: all adapters plus the gate data)."
     )
     fitted = [info["sft"] for info in ctx.upstream["adapters"]["adapters"].values() if info.get("sft")]
     if fitted:
@@ -254,41 +268,42 @@ def evaluation_section(ctx: StageContext) -> Section:
             f"Every adapter was first fitted by SFT to {n} oracle episodes of its env (step 3); direct GRPO, where "
             f"measured, to {n * len(fitted)} oracle episodes of the target. Oracle episodes are not in Rollouts."
         )
+    direct = any("vs_direct_grpo" in r for r in rows_in)
     rows = []
     for r in rows_in:
-        vs = r.get("vs_base")
-        rows.append(
-            [
-                r["method"],
-                fmt(r["success_rate"]),
-                f"{r['success_ci'][0]:.3f}-{r['success_ci'][1]:.3f}",
-                fmt(r["reward_mean"]),
-                p_value(vs["mcnemar_p"]) if vs else "-",
-                f"+{vs['only_b']}/-{vs['only_a']}" if vs else "-",
-                f"{vs['reward_diff']:+.3f} ({vs['reward_diff_ci'][0]:+.3f}, {vs['reward_diff_ci'][1]:+.3f})"
-                if vs
-                else "-",
-                str(r["train_rollouts"]),
-                fmt(r.get("train_wall_s"), 0),
-                fmt(r["eval_wall_s"], 0),
+        vs, vd = r.get("vs_base"), r.get("vs_direct_grpo")
+        cells = [
+            r["method"],
+            fmt(r["success_rate"]),
+            f"{r['success_ci'][0]:.3f}-{r['success_ci'][1]:.3f}",
+            fmt(r["reward_mean"]),
+            p_value(vs["mcnemar_p"]) if vs else "-",
+            f"+{vs['only_b']}/-{vs['only_a']}" if vs else "-",
+            _reward_diff(vs),
+            fmt(vs.get("kept_share")) if vs and vs.get("kept_share") is not None else "-",
+        ]
+        if direct:
+            cells += [
+                p_value(vd["mcnemar_p"]) if vd else "-",
+                f"+{vd['only_b']}/-{vd['only_a']}" if vd else "-",
             ]
-        )
-    s.tables.append(
-        (
-            [
-                "method",
-                "success",
-                "95% CI",
-                "mean reward",
-                "p vs base",
-                "gained/lost",
-                "rollouts",
-                "train wall s",
-                "eval wall s",
-            ],
-            rows,
-        )
-    )
+            cells.append(_reward_diff(vd))
+        cells += [str(r["train_rollouts"]), fmt(r.get("train_wall_s"), 0), fmt(r["eval_wall_s"], 0)]
+        rows.append(cells)
+    header = [
+        "method",
+        "success",
+        "95% CI",
+        "mean reward",
+        "p vs base",
+        "gained/lost",
+        "reward diff (95% CI)",
+    ]
+    header.append("base successes kept")
+    if direct:
+        header += ["p vs direct GRPO", "gained/lost vs direct", "reward diff vs direct (95% CI)"]
+    header += ["rollouts", "train wall s", "eval wall s"]
+    s.tables.append((header, rows))
     s.images.append(
         (
             "final.png",

@@ -1,0 +1,60 @@
+"""The final table of the report: every column under its header, the do-no-harm and direct-GRPO columns."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from trace_train.pipeline.report import Section, check_tables, write_report
+from trace_train.pipeline.stages.evaluation import _paired
+from trace_train.pipeline.stages.report import evaluation_section
+
+
+def _episodes(solved: set[int], n: int = 8) -> list[dict]:
+    return [{"seed": i, "reward": float(i in solved)} for i in range(n)]
+
+
+def _row(method: str, episodes: list[dict]) -> dict:
+    rate = sum(e["reward"] for e in episodes) / len(episodes)
+    row = {"method": method, "episodes": len(episodes), "success_rate": rate, "success_ci": [0.0, 1.0]}
+    return row | {"reward_mean": rate, "reward_ci": [0.0, 1.0], "train_rollouts": 0, "eval_wall_s": 1.0}
+
+
+def _ctx(with_direct: bool) -> SimpleNamespace:
+    base, moe, direct = _episodes({0, 1, 2, 3}), _episodes({3, 5}), _episodes({1, 5, 6})
+    rows = [_row("base", base), _row("moe", moe)]
+    rows[1]["vs_base"] = _paired(base, moe)
+    if with_direct:
+        rows.append(_row("direct_grpo", direct))
+        rows[2]["vs_base"] = _paired(base, direct)
+        rows[1]["vs_direct_grpo"] = _paired(direct, moe)
+    return SimpleNamespace(
+        config=SimpleNamespace(target=SimpleNamespace(env_id="trace/x-v0")),
+        upstream={"evaluation": {"rows": rows, "not_run": {}}, "adapters": {"adapters": {}}},
+    )
+
+
+@pytest.mark.parametrize("with_direct", [False, True])
+def test_every_cell_sits_under_its_header(with_direct):
+    section = evaluation_section(_ctx(with_direct))
+    check_tables([section])
+    ((header, rows),) = section.tables
+    moe = dict(zip(header, rows[1], strict=True))
+    assert moe["base successes kept"] == "0.250"  # of the base's 4 successes the MoE keeps task 3
+    assert moe["gained/lost"] == "+1/-3"
+    assert moe["reward diff (95% CI)"].startswith("-0.250")
+    if with_direct:  # against direct GRPO: gains 1 (task 3), loses 2 (tasks 1, 6)
+        assert moe["gained/lost vs direct"] == "+1/-2"
+        assert dict(zip(header, rows[0], strict=True))["p vs direct GRPO"] == "-"
+    else:
+        assert "p vs direct GRPO" not in header
+
+
+def test_a_row_short_of_its_header_is_refused_with_the_section_named(tmp_path):
+    bad = Section(
+        "Final table", tables=[(["method", "success", "p"], [["base", "0.1", "-"], ["moe", "0.2"]])]
+    )
+    with pytest.raises(ValueError, match="'Final table': a row has 2 cells for 3 columns"):
+        write_report(tmp_path / "report", "t", [], [bad])
+    assert not (tmp_path / "report" / "report.md").exists()  # refused before anything is written
