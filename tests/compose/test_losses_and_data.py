@@ -120,7 +120,9 @@ def test_base_target_episodes_label_the_bases_own_target_contexts_slot_0(composi
     envs = ["traintest/lookup-v0"] * 3
     common = dict(adapters=["a"] * 3, envs=envs, episodes_per_env=1, base_episodes_per_env=0, min_reward=0.0)
     common.update(max_new_tokens=4, max_turns=2, rollout_batch_size=2, difficulties=["none"] * 3)
-    args = ComposeArgs(**common, base_target_episodes=2, base_target_seed_offset=7, target="traintest/echo-v0")
+    args = ComposeArgs(
+        **common, base_target_episodes=2, base_target_seed_offset=7, target="traintest/echo-v0"
+    )
     examples, report = data.collect_gate_data(composition, composition.tokenizer, envs, args)
     target = [e for e in examples if e.env_id == "traintest/echo-v0"]
     assert len(target) == 2 and {e.slot for e in target} == {0}

@@ -46,6 +46,10 @@ def write(tmp_path, text: str):
         ),
         ("[base.warm_start]\nenabled = 'yes'\n", "base.warm_start.enabled: 'yes' is not of type 'boolean'"),
         ("[target]\nenv_id = \n", "not valid TOML"),
+        (
+            "[evaluation]\nepisodes = 8\nadapter_episodes = 16\n",
+            "evaluation.adapter_episodes (16) exceeds evaluation.episodes (8)",
+        ),
     ],
 )
 def test_bad_configs_name_the_problem(tmp_path, text, message):

@@ -58,3 +58,13 @@ def test_a_row_short_of_its_header_is_refused_with_the_section_named(tmp_path):
     with pytest.raises(ValueError, match="'Final table': a row has 2 cells for 3 columns"):
         write_report(tmp_path / "report", "t", [], [bad])
     assert not (tmp_path / "report" / "report.md").exists()  # refused before anything is written
+
+
+def test_a_shorter_adapter_row_is_paired_with_the_base_on_the_tasks_it_played():
+    """``evaluation.adapter_episodes``: an adapter plays the first 4 of the base's 8 tasks; its paired test
+    counts only those (the base's successes on tasks 5-7 are neither gained nor lost)."""
+    from trace_train.pipeline.stages.evaluation import _same_tasks
+
+    base, adapter = _episodes({0, 5, 6, 7}), _episodes({0, 1}, n=4)
+    vs = _paired(_same_tasks(base, adapter), adapter)
+    assert (vs["n"], vs["only_a"], vs["only_b"], vs["kept_share"]) == (4, 0, 1, 1.0)

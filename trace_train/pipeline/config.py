@@ -183,6 +183,12 @@ class EvaluationConfig(EvalSettings):
     episodes: int = knob(200, "test-split tasks (the same seeds for every method: paired tests)", minimum=1)
     max_turns: int = knob(10, "turn cap", minimum=1)
     max_new_tokens: int = knob(96, "tokens per turn", minimum=1)
+    adapter_episodes: int = knob(
+        0,
+        "test tasks of each adapter's own row (the first of the same tasks, paired with the base on those; "
+        "0: evaluation.episodes)",
+        minimum=0,
+    )
     methods: list[str] = knob(
         ["base", "adapters", "router", "moe"],
         "what is evaluated: base, adapters (each adapter alone), router, moe, direct_grpo",
@@ -190,6 +196,14 @@ class EvaluationConfig(EvalSettings):
         uniqueItems=True,
         minItems=1,
     )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.adapter_episodes > self.episodes:
+            raise ValueError(
+                f"evaluation.adapter_episodes ({self.adapter_episodes}) exceeds evaluation.episodes "
+                f"({self.episodes}): an adapter's row is paired with the base on tasks the base played"
+            )
 
 
 @dataclass

@@ -28,15 +28,18 @@ def _paired(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> dict[str
 
 
 def _evaluate(
-    ctx: StageContext, label: str, policy, out_name: str
+    ctx: StageContext, label: str, policy, out_name: str, episodes: int | None = None
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``policy`` on the first ``episodes`` test tasks (default ``evaluation.episodes``; every method starts at
+    the same task, so a shorter row is paired with the base on the tasks it shares)."""
     from trace_train.config import EvalSettings, settings_of
     from trace_train.evaluate import evaluate
 
     cfg, e = ctx.config, ctx.config.evaluation
+    episodes = episodes or e.episodes
     path = ctx.dir / f"{out_name}.jsonl"
     done = read_jsonl(path) if ctx.resume and path.is_file() else []
-    if ctx.resume and len(done) == e.episodes:  # evaluated before an interruption
+    if ctx.resume and len(done) == episodes:  # evaluated before an interruption
         summary = read_jsonl(ctx.dir / "methods.jsonl")
         previous = next((m for m in summary if m["method"] == label), None)
         if previous is not None:
@@ -44,13 +47,13 @@ def _evaluate(
             return previous, done
     started = time.time()
     ctx.log(
-        f"{label}: {e.episodes} test tasks"
+        f"{label}: {episodes} test tasks"
         + (f" ({len(done)} finished before the interruption)" if done else "")
     )
     result = evaluate(
         policy,
         cfg.target.env_id,
-        EvalSettings(**settings_of(e, EvalSettings)),
+        EvalSettings(**{**settings_of(e, EvalSettings), "episodes": episodes}),
         split="test",
         difficulty=cfg.target.difficulty,
         out_jsonl=path,
@@ -102,7 +105,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
     if "adapters" in methods:
         for cap, info in adapters.items():
             policy = make_base_policy(cfg, model, info["adapter"])
-            row, trajs = _evaluate(ctx, f"adapter:{cap}", policy, f"adapter-{cap}")
+            row, trajs = _evaluate(
+                ctx, f"adapter:{cap}", policy, f"adapter-{cap}", cfg.evaluation.adapter_episodes
+            )
             add(row, trajs, info["rollouts"], info["wall_s"])
             del policy
 
@@ -158,11 +163,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
         )
 
     for row in rows:
+        mine = trajectories[row["method"]]
         if row["method"] != "base":
-            row["vs_base"] = _paired(trajectories["base"], trajectories[row["method"]])
+            row["vs_base"] = _paired(_same_tasks(trajectories["base"], mine), mine)
         if "direct_grpo" in trajectories and row["method"] not in ("base", "direct_grpo"):
             # the question a user asks first: better than training on the target directly?
-            row["vs_direct_grpo"] = _paired(trajectories["direct_grpo"], trajectories[row["method"]])
+            row["vs_direct_grpo"] = _paired(_same_tasks(trajectories["direct_grpo"], mine), mine)
     write_json(ctx.dir / "table.json", {"rows": rows, "not_run": not_run, "env_id": cfg.target.env_id})
     best = max(rows, key=lambda r: r["success_rate"])
     return {
@@ -171,6 +177,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "summary": f"base {rows[0]['success_rate']:.3f}; best {best['method']} {best['success_rate']:.3f} "
         f"on {rows[0]['episodes']} test tasks",
     }
+
+
+def _same_tasks(reference: list[dict[str, Any]], other: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The reference's episodes on the tasks ``other`` played (a per-adapter row may cover fewer tasks)."""
+    seeds = {r["seed"] for r in other}
+    return [r for r in reference if r["seed"] in seeds]
 
 
 def _composed_policy(
