@@ -123,13 +123,12 @@ def play(
 
 def summarise(records: list[dict], capability: str) -> dict[str, Any]:
     """Success per task, and the capability's milestone pass rate (PRESENT among episodes that reached it)."""
-    success = [float(r["reward"]) >= 1.0 for r in records]
-    labels = [(r.get("requirements") or {}).get(capability, "NA") for r in records]
-    reached = [label for label in labels if label in ("PRESENT", "LACKING")]
+    from trace_gym.records import milestone_pass
+
     return {
-        "success": success,
-        "labels": labels,
-        "milestone_pass": (sum(label == "PRESENT" for label in reached), len(reached)),
+        "success": [float(r["reward"]) >= 1.0 for r in records],
+        "labels": [(r.get("requirements") or {}).get(capability, "NA") for r in records],
+        "milestone_pass": milestone_pass(records, capability),
     }
 
 

@@ -109,6 +109,16 @@ def problem(record: Any) -> str | None:
     return f"{where}: {error.message}"
 
 
+def milestone_pass(records: Iterable[dict[str, Any]], capability: str) -> tuple[int, int]:
+    """A capability's milestone pass rate as ``(passed, reached)``: among the episodes whose requirement label
+    for ``capability`` says the episode reached its decision (``PRESENT`` or ``LACKING``; ``NA`` = never got
+    there), how many show it ``PRESENT``. Success says whether a task was solved; this says whether the
+    capability was exercised right where it was needed, whatever happened elsewhere in the episode."""
+    labels = [(r.get("requirements") or {}).get(capability, "NA") for r in records]
+    reached = [label for label in labels if label in ("PRESENT", "LACKING")]
+    return sum(label == "PRESENT" for label in reached), len(reached)
+
+
 def trajectory_file(path: str | os.PathLike) -> Path:
     """The JSONL file a path names: a directory means its ``trajectories.jsonl``."""
     path = Path(path)

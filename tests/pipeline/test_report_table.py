@@ -68,3 +68,20 @@ def test_a_shorter_adapter_row_is_paired_with_the_base_on_the_tasks_it_played():
     base, adapter = _episodes({0, 5, 6, 7}), _episodes({0, 1}, n=4)
     vs = _paired(_same_tasks(base, adapter), adapter)
     assert (vs["n"], vs["only_a"], vs["only_b"], vs["kept_share"]) == (4, 0, 1, 1.0)
+
+
+def test_the_capability_picture_shows_each_methods_milestone_pass_rate():
+    from trace_gym.records import milestone_pass
+
+    labels = ["PRESENT", "LACKING", "NA", "PRESENT"]
+    records = [
+        {"seed": i, "reward": 0.0, "requirements": {"policy-adherence": x}} for i, x in enumerate(labels)
+    ]
+    assert milestone_pass(records, "policy-adherence") == (2, 3)  # NA: never reached the decision
+    assert milestone_pass(records, "precise-arguments") == (0, 0)
+    ctx = _ctx(with_direct=False)
+    rows = ctx.upstream["evaluation"]["rows"]
+    rows[0]["milestones"], rows[1]["milestones"] = {"policy-adherence": [2, 3]}, {"policy-adherence": [0, 0]}
+    section = evaluation_section(ctx)
+    check_tables([section])
+    assert section.tables[1] == (["capability", "base", "moe"], [["policy-adherence", "2/3 (0.67)", "0/0"]])

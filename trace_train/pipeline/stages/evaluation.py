@@ -162,8 +162,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "left out by the config (evaluation.methods); the fair baseline was not measured"
         )
 
+    from trace_gym.records import milestone_pass
+
     for row in rows:
         mine = trajectories[row["method"]]
+        # the capability-level picture: was each trained capability exercised where the task needed it?
+        row["milestones"] = {cap: list(milestone_pass(mine, cap)) for cap in adapters}
         if row["method"] != "base":
             row["vs_base"] = _paired(_same_tasks(trajectories["base"], mine), mine)
         if "direct_grpo" in trajectories and row["method"] not in ("base", "direct_grpo"):

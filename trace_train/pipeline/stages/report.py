@@ -315,6 +315,21 @@ def evaluation_section(ctx: StageContext) -> Section:
             ),
         )
     )
+    capabilities = sorted({c for r in rows_in for c in r.get("milestones", {})})
+    if capabilities:
+        s.paragraphs.append(
+            "Second table, the capability-level picture: each trained capability's milestone pass rate on these test tasks (among "
+            "the episodes that reached the capability's decision, the share where the target's requirement "
+            "check finds it present; passed/reached)."
+        )
+        table = []
+        for cap in capabilities:
+            cells = [cap]
+            for r in rows_in:
+                passed, reached = r.get("milestones", {}).get(cap, (0, 0))
+                cells.append(f"{passed}/{reached} ({passed / reached:.2f})" if reached else "0/0")
+            table.append(cells)
+        s.tables.append((["capability", *[r["method"] for r in rows_in]], table))
     for method, why in ev["not_run"].items():
         s.after.append(f"**{method}** not evaluated: {why}.")
     return s
