@@ -215,6 +215,9 @@ def main(argv: list[str] | None = None) -> None:
                     f"| {name} | {sum(row['success'])}/{len(specs)} | {vs_text} | {passed}/{reached} |",
                     flush=True,
                 )
+            # after each capability: a run stopped during the next one keeps this one's figures
+            document["wall_s"] = round(time.time() - started, 1)
+            (out / "transfer.json").write_text(json.dumps(document, indent=2, default=str) + "\n")
     document["wall_s"] = round(time.time() - started, 1)
     (out / "transfer.json").write_text(json.dumps(document, indent=2, default=str) + "\n")
     print(f"wrote {out / 'transfer.json'} ({document['wall_s']} s)")
