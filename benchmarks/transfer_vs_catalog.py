@@ -42,6 +42,10 @@ from trace_train.grpo.trainer import GRPOTrainer
 from trace_train.sft import run_sft
 
 a = json.loads(sys.argv[1])
+if a.get("derived"):  # the target-derived env on the target at the demo's difficulty (as the demo's step 2 makes it)
+    from trace_gym.derived.registration import ENTRY_POINT
+    from trace_gym.registration import register_env
+    register_env(a["env_id"], entry_point=ENTRY_POINT, kwargs=a["derived"])
 sft = run_sft(SFTArgs(env_id=a["env_id"], model=a["policy"], out=a["out"] + "/sft", episodes=a["sft_episodes"],
                       epochs=1, lr=1e-3, batch_size=2, seed_offset=a["sft_seed_offset"], max_turns=12,
                       difficulty=1, dtype=a["dtype"], micro_batch_tokens=a["sft_micro_batch_tokens"]))
@@ -70,9 +74,12 @@ def export_tree(commit: str, into: Path) -> Path:
     return tree
 
 
-def fit(tree: Path, code: str, env_id: str, out: Path, ns: argparse.Namespace) -> dict[str, Any]:
+def fit(
+    tree: Path, code: str, env_id: str, out: Path, ns: argparse.Namespace, derived: dict | None = None
+) -> dict[str, Any]:
     """SFT then GRPO on ``env_id`` with ``tree``'s code (recorded as ``code``: a commit, not the temporary
-    directory it was unpacked in); the adapter lands in ``out/adapter``."""
+    directory it was unpacked in); the adapter lands in ``out/adapter``. ``derived``: register ``env_id`` first
+    as the target-derived env with these keyword arguments."""
     if (out / "fit.json").is_file() and (
         out / "adapter"
     ).is_dir():  # reused: a rerun evaluates the same adapters
@@ -90,6 +97,7 @@ def fit(tree: Path, code: str, env_id: str, out: Path, ns: argparse.Namespace) -
         "min_oracle_ceiling": ns.min_oracle_ceiling,
         "dtype": ns.dtype,
         "sft_micro_batch_tokens": ns.sft_micro_batch_tokens,
+        "derived": derived,
     }
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])}
     started = time.time()
@@ -185,13 +193,25 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="trace-catalog-") as tmp:
         catalog_tree = export_tree(ns.catalog_commit, Path(tmp))
         for capability in ns.capabilities.split(","):
+            # the derived env on the target at the difficulty the adapters are evaluated at (the committed
+            # trace/retail-<capability>-v0 uses the target's default difficulty 2; the demo's step 2 uses its own)
+            derived = {
+                "target_id": ns.target,
+                "capability": capability,
+                "target_kwargs": {"difficulty": ns.target_difficulty},
+            }
             envs = {
-                "derived": (REPO, this_commit, f"trace/retail-{capability}-v0"),
-                "catalog": (catalog_tree, ns.catalog_commit, f"trace/{capability}-v0"),
+                "derived": (
+                    REPO,
+                    this_commit,
+                    f"trace/retail-{capability}-d{ns.target_difficulty}-v0",
+                    derived,
+                ),
+                "catalog": (catalog_tree, ns.catalog_commit, f"trace/{capability}-v0", None),
             }
             fits = {
-                name: fit(tree, code, env_id, out / capability / name, ns)
-                for name, (tree, code, env_id) in envs.items()
+                name: fit(tree, code, env_id, out / capability / name, ns, kwargs)
+                for name, (tree, code, env_id, kwargs) in envs.items()
             }
             specs = target_test_specs(ns.target, capability, ns.eval, ns.target_difficulty)
             rows = {"base": summarise(play(ns.policy, None, ns.target, specs, ns), capability)}
