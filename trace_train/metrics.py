@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
 import json
 import math
+import os
 import resource
 import sys
 from pathlib import Path
@@ -85,6 +89,29 @@ def reset_peak_rss() -> bool:
     except OSError:
         return False
     return True
+
+
+def current_rss_mb() -> float:
+    """Resident memory of this process now, in MiB (Linux ``/proc/self/statm``; the peak elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return peak_rss_mb()
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def release_memory() -> float:
+    """Hand freed memory back to the OS and return the resident MiB after it.
+
+    The pipeline's stages share one process: glibc keeps the heap a finished stage freed (the demo's warm start
+    left 16.7 GB resident while the next stage ran in 6.6 GB after a restart), so the next stage would start
+    that much closer to the machine's limit. ``gc.collect`` drops cycles still holding tensors, ``malloc_trim``
+    returns free heap pages (glibc only; a no-op elsewhere)."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return current_rss_mb()
 
 
 def peak_rss_mb() -> float:

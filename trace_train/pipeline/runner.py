@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trace_train.metrics import peak_rss_mb, reset_peak_rss
+from trace_train.metrics import peak_rss_mb, release_memory, reset_peak_rss
 from trace_train.pipeline.config import RunConfig
 from trace_train.pipeline.progress import Reporter
 
@@ -240,6 +240,8 @@ class Pipeline:
             )
             raise StageError(f"stage {stage.name} failed: {type(err).__name__}: {err}") from err
         wall = previous_wall + time.time() - started
+        peak = peak_rss_mb()
+        rss_after = release_memory()  # the next stage starts without this one's freed heap
         output_hash = hash_outputs(directory, result)
         hashes[stage.name] = output_hash
         state = {
@@ -247,8 +249,9 @@ class Pipeline:
             "input_hash": input_hash,
             "output_hash": output_hash,
             "wall_s": round(wall, 2),
-            "peak_rss_mb": round(peak_rss_mb(), 1),
+            "peak_rss_mb": round(peak, 1),
             "peak_rss_scope": "stage" if own_peak else "process so far",
+            "rss_after_release_mb": round(rss_after, 1),
             "finished": time.time(),
             "result": result,
         }
