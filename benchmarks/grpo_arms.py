@@ -68,6 +68,7 @@ class Settings:
     sft_episodes: int
     sft_epochs: int
     sft_seed_offset: int
+    micro_batch_tokens: int
     out: Path
     dtype: str
 
@@ -168,6 +169,7 @@ def fit_sft(env_id: str, s: Settings) -> dict[str, Any]:
             max_turns=12,
             difficulty=s.level,
             dtype=s.dtype,
+            micro_batch_tokens=s.micro_batch_tokens,
         )
     )
     summary["wall_s"] = round(time.time() - started, 1)
@@ -193,6 +195,7 @@ def train_arm(name: str, env_id: str, s: Settings, init_adapter: str | None) -> 
         max_turns=s.max_turns,
         max_new_tokens=s.max_new_tokens,
         micro_batch_size=4,
+        micro_batch_tokens=s.micro_batch_tokens,
         lr=s.lr,
         temperature=s.temperature,
         init_adapter=init_adapter,
@@ -274,6 +277,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--sft-epochs", type=int, default=1)
     p.add_argument("--sft-seed-offset", type=int, default=100_000, help="first train task of the SFT fit")
+    p.add_argument(
+        "--micro-batch-tokens",
+        type=int,
+        default=1024,
+        help="tokens per forward/backward in the SFT fit and GRPO (memory only: the gradients add up the same)",
+    )
     p.add_argument("--dtype", default="auto")
     p.add_argument("--out", default="benchmarks/results/grpo_arms")
     ns = p.parse_args(argv)
