@@ -392,7 +392,10 @@ class GRPOSettings:
         maximum=1,
     )
     rollout_budget: int = knob(
-        0, "stop once this many rollouts are spent (refills and rescues included); 0: no budget", minimum=0
+        0,
+        "spend at most this many rollouts (refills and rescues included): the last step takes only the groups "
+        "that fit, and training stops when no group fits; 0: no budget",
+        minimum=0,
     )
     min_oracle_ceiling: float = knob(
         0.9,
@@ -431,6 +434,11 @@ class GRPOSettings:
             raise ValueError(f"--max-grad-norm must be > 0, got {self.max_grad_norm}")
         self.loss_config()  # loss type, clip range, beta, is_cap
         _check_positive(self, "rollout_budget", minimum=0)
+        if 0 < self.rollout_budget < self.group_size:
+            raise ValueError(
+                f"--rollout-budget {self.rollout_budget} fits no group of --group-size {self.group_size}: "
+                "training would spend nothing"
+            )
         from trace_train.grpo.curriculum import RewardChoice  # light: no torch
 
         RewardChoice.parse(self.reward)

@@ -95,6 +95,24 @@ def test_a_rollout_budget_stops_the_run(tiny_model_dir, tmp_path, monkeypatch):
     assert result["rollouts"] == 12
 
 
+def test_the_last_step_takes_only_the_groups_that_fit(tiny_model_dir, tmp_path, monkeypatch):
+    """Budget 14 with 8 rollouts a step (4 groups of 2, half from the target): step 1 spends 8, step 2 only the
+    3 groups that fit (1 from the target: the share rounded down), and then no group fits: 14, never 16."""
+    calls = _record(monkeypatch)
+    trainer = GRPOTrainer(_args(tiny_model_dir, tmp_path / "f", target_share=0.5, rollout_budget=14))
+    result = trainer.train()
+    assert result["step"] == 2 and trainer.state["rollouts"] == 14
+    assert [len(c) for c in calls] == [8, 6]
+    assert sorted(s.source for s in calls[1] if s.group in {0, 1, 2}) == [MAIN] * 4 + [TARGET] * 2
+    lines = [json.loads(x) for x in (tmp_path / "f" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["rollouts"] for m in lines] == [8, 6]
+
+
+def test_a_budget_under_one_group_is_refused():
+    with pytest.raises(ValueError, match="fits no group"):
+        _args("m", "o", rollout_budget=1)
+
+
 def test_mixing_needs_a_target():
     with pytest.raises(ValueError, match="--target-env-id"):
         _args("m", "o", target_env_id=None, target_share=0.5)

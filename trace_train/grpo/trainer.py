@@ -253,6 +253,17 @@ class GRPOTrainer:
         a = self.args
         return a.rollout_budget - self.state["rollouts"] if a.rollout_budget else math.inf
 
+    def _groups_that_fit(self) -> tuple[int, int]:
+        """(groups, of which from the target) for the next step: ``groups_per_step``, or fewer in the step that
+        would overspend the rollout budget (the target's share kept, rounded down), so arms compared at one
+        budget never differ by a step's worth of rollouts."""
+        a = self.args
+        n_groups = a.groups_per_step
+        budget = self._budget_left()
+        if math.isfinite(budget):
+            n_groups = min(n_groups, max(int(budget // a.group_size), 0))
+        return n_groups, n_groups * self.n_target // a.groups_per_step
+
     def _collect(self, specs: list[ResetSpec], stats: RolloutStats) -> list[Trajectory]:
         """Roll ``specs`` out, count them in the rollout budget and feed the un-hinted ones' success to the
         curriculum's estimates (every rollout sampled, also those dynamic sampling discards)."""
@@ -312,9 +323,10 @@ class GRPOTrainer:
 
     def collect_groups(self, stats: RolloutStats) -> tuple[list[Trajectory], dict[str, float]]:
         a = self.args
-        n_main = a.groups_per_step - self.n_target
+        n_groups, n_target = self._groups_that_fit()
+        n_main = n_groups - n_target
         specs = self._group_specs(self._take_tasks(n_main), MAIN)
-        specs += self._group_specs(self._take_tasks(self.n_target, TARGET), TARGET, first_group=n_main)
+        specs += self._group_specs(self._take_tasks(n_target, TARGET), TARGET, first_group=n_main)
         self._gen_calls = 0
         rollouts_before = self.state["rollouts"]
         # sampling depends on (seed, rank, step) only: a resumed run samples what the uninterrupted one did
@@ -644,7 +656,7 @@ class GRPOTrainer:
         )
         last: dict[str, Any] = {}
         try:
-            while self.state["step"] < a.steps and self._budget_left() > 0:
+            while self.state["step"] < a.steps and self._groups_that_fit()[0] > 0:
                 stats = RolloutStats()
                 trajs, metrics = self.collect_groups(stats)
                 metrics.update(self.optimise(trajs))
@@ -659,7 +671,7 @@ class GRPOTrainer:
                 metrics = self._reduce(metrics)
                 logger.log(self.state["step"], metrics)
                 last = metrics
-                last_step = self.state["step"] == a.steps or self._budget_left() <= 0
+                last_step = self.state["step"] == a.steps or self._groups_that_fit()[0] == 0
                 if a.save_every and (self.state["step"] % a.save_every == 0 or last_step):
                     self.save()
         finally:

@@ -63,8 +63,9 @@ def train_adapter(
 ) -> dict[str, Any]:
     """Train (or finish) one adapter in ``out``; returns its summary, also written to ``out/summary.json``.
 
-    With ``rollout_budget``, training stops after the first step at which the rollouts spent (dynamic
-    sampling's refills included) reach it: the fair baseline gets the same rollouts, not the same steps.
+    With ``rollout_budget``, training spends at most that many rollouts (dynamic sampling's refills included;
+    the last step takes only the groups that fit): the fair baseline gets the same rollouts, not the same steps,
+    and never more than the adapters had.
     """
     from trace_train.config import GRPOArgs
     from trace_train.grpo.trainer import GRPOTrainer
@@ -81,6 +82,8 @@ def train_adapter(
     sft_episodes = a.sft.episodes if sft_episodes is None else sft_episodes
     sft = _sft_warmup(ctx, label, env_id, out / "sft", difficulty, sft_episodes) if sft_episodes else None
     args = grpo_args(ctx, env_id, out, difficulty, steps, init_adapter=sft["adapter"] if sft else None)
+    if rollout_budget is not None:
+        args.rollout_budget = rollout_budget
     if (out / "checkpoints" / "latest").exists():
         args.resume = str(out / "checkpoints")
         ctx.log(f"{label}: resuming from {args.resume}")
@@ -89,12 +92,12 @@ def train_adapter(
     with ctx.bar(label, steps) as bar:
         bar.update(trainer.state["step"])
         while trainer.state["step"] < steps:
-            if rollout_budget is not None and trainer.state["rollouts"] >= rollout_budget:
-                break
-            # in chunks of save_every steps (one step under a budget): a checkpoint ends each chunk
-            chunk = 1 if rollout_budget is not None else a.save_every
-            args.steps = min(trainer.state["step"] + chunk, steps)
+            # in chunks of save_every steps: a checkpoint ends each chunk
+            done_before = trainer.state["step"]
+            args.steps = min(done_before + a.save_every, steps)
             metrics = trainer.train()
+            if trainer.state["step"] == done_before:  # the rollout budget has no room for another group
+                break
             bar.update(trainer.state["step"], status=f"reward {metrics.get('reward_mean', float('nan')):.3f}")
     if trainer.state["step"] < steps and not (out / "adapter").is_dir():
         trainer.policy.model.save_pretrained(out / "adapter")

@@ -139,7 +139,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             from trace_train.pipeline.stages.adapters import train_adapter
 
             a = cfg.adapters
-            # at most this many steps; training stops once the rollouts spent reach the budget
+            # at most this many steps; training spends at most the budget (the last step takes the groups that fit)
             steps = max(1, math.ceil(budget / (a.groups_per_step * a.group_size)))
             ctx.log(f"direct_grpo: GRPO on {cfg.target.env_id} until {budget} rollouts (the adapters' total)")
             # and, when the adapters were first fitted to oracle episodes, as many of the target's in all
