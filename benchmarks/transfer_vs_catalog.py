@@ -15,7 +15,9 @@ labels by cause).
     python benchmarks/transfer_vs_catalog.py --policy runs/demo/01-base/sft-0/merged
 
 Slow on a CPU (about half an hour per capability on two cores at the defaults); the CPU is printed with the
-figures. Writes ``<out>/transfer.json``.
+figures. Writes ``<out>/transfer.json`` (per task: success, label, outcome, turns, invalid actions) and every
+episode, conversation included, to ``<out>/<capability>/episodes/<row>.jsonl``: the 2026-12 run kept only success
+and labels, so why the precise-arguments adapters stopped short of the write could not be read back.
 """
 
 from __future__ import annotations
@@ -129,14 +131,22 @@ def play(
     return run_episodes(policy, target, specs, sampling, max_turns=ns.max_turns, batch_size=16)
 
 
-def summarise(records: list[dict], capability: str) -> dict[str, Any]:
-    """Success per task, and the capability's milestone pass rate (PRESENT among episodes that reached it)."""
+def summarise(records: list[dict], capability: str, keep: Path) -> dict[str, Any]:
+    """Success per task, how each episode ended (outcome, turns, invalid actions: where an adapter stops short),
+    and the capability's milestone pass rate (PRESENT among episodes that reached it). The whole episodes,
+    conversations included, are written to ``keep`` (JSONL)."""
     from trace_gym.records import milestone_pass
 
+    keep.parent.mkdir(parents=True, exist_ok=True)
+    keep.write_text("".join(json.dumps(r) + "\n" for r in records))
     return {
         "success": [float(r["reward"]) >= 1.0 for r in records],
         "labels": [(r.get("requirements") or {}).get(capability, "NA") for r in records],
+        "outcomes": [r.get("outcome") for r in records],
+        "turns": [r.get("turns") for r in records],
+        "invalid_actions": [r.get("invalid_actions") for r in records],
         "milestone_pass": milestone_pass(records, capability),
+        "episodes": str(keep),
     }
 
 
@@ -214,10 +224,16 @@ def main(argv: list[str] | None = None) -> None:
                 for name, (tree, code, env_id, kwargs) in envs.items()
             }
             specs = target_test_specs(ns.target, capability, ns.eval, ns.target_difficulty)
-            rows = {"base": summarise(play(ns.policy, None, ns.target, specs, ns), capability)}
+            kept = out / capability / "episodes"
+            rows = {
+                "base": summarise(
+                    play(ns.policy, None, ns.target, specs, ns), capability, kept / "base.jsonl"
+                )
+            }
             for name in envs:
                 adapter = str(out / capability / name / "adapter")
-                rows[name] = summarise(play(ns.policy, adapter, ns.target, specs, ns), capability)
+                records = play(ns.policy, adapter, ns.target, specs, ns)
+                rows[name] = summarise(records, capability, kept / f"{name}.jsonl")
                 rows[name]["paired_vs_base"] = paired(rows["base"]["success"], rows[name]["success"])
             document["capabilities"][capability] = {
                 "fits": fits,
