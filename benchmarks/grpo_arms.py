@@ -18,8 +18,8 @@ capability env at ``--level`` (train tasks from ``--sft-seed-offset``, apart fro
 
 Then, for the base (and the SFT adapter) and every arm:
 
-* the env's success at the deepest start (level 4: the whole target task) on held-out tasks (the capability
-  env's own test split, itself inside the target's *train* split);
+* the env's success at the deepest start (level 4, or 7 on ``--ladder fine``: the whole target task) on held-out
+  tasks (the capability env's own test split, itself inside the target's *train* split);
 * success on the target's test tasks that need the capability (paired against the base, same tasks).
 
 Prints the tables, writes ``<out>/arms.json`` and ``<out>/arms.png`` (informative-group share and reward per
@@ -69,6 +69,7 @@ class Settings:
     sft_epochs: int
     sft_seed_offset: int
     micro_batch_tokens: int
+    ladder: str
     out: Path
     dtype: str
 
@@ -88,13 +89,19 @@ def register_capability_env(s: Settings) -> str:
     from trace_gym.derived.registration import ENTRY_POINT, derived_id
     from trace_gym.registration import register_env
 
-    env_id = derived_id(s.target, s.capability).replace("-v0", f"-arms-d{s.target_difficulty}-v0")
+    suffix = f"-arms-d{s.target_difficulty}" + ("" if s.ladder == "standard" else f"-{s.ladder}")
+    env_id = derived_id(s.target, s.capability).replace("-v0", f"{suffix}-v0")
     if env_id not in gym.registry:
         kwargs = {} if s.target_difficulty is None else {"difficulty": s.target_difficulty}
         register_env(
             env_id,
             entry_point=ENTRY_POINT,
-            kwargs={"target_id": s.target, "capability": s.capability, "target_kwargs": kwargs},
+            kwargs={
+                "target_id": s.target,
+                "capability": s.capability,
+                "target_kwargs": kwargs,
+                "ladder": s.ladder,
+            },
         )
     return env_id
 
@@ -132,12 +139,12 @@ def episodes(policy: Any, env_id: str, specs: list[Any], s: Settings) -> list[di
 
 def evaluate(policy_dir: str, adapter: str | None, env_id: str, s: Settings, target_specs: list[Any]):
     """(successes at the deepest start on the env's held-out tasks, per-task target test rewards)."""
-    from trace_gym.derived.levels import LEVELS
+    from trace_gym.derived.levels import ladder_levels
     from trace_train.policy_factory import make_policy
     from trace_train.rollout import ResetSpec
 
     policy = make_policy(policy_dir, adapter=adapter, dtype=s.dtype)
-    deepest = max(LEVELS)
+    deepest = max(ladder_levels(s.ladder))  # the whole target task on either ladder
     env_specs = [ResetSpec(seed=i, group=i, split="test", difficulty=deepest) for i in range(s.env_eval)]
     env_records = episodes(policy, env_id, env_specs, s)
     target_records = episodes(policy, s.target, target_specs, s)
@@ -265,6 +272,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--groups-per-step", type=int, default=2)
     p.add_argument("--level", type=int, default=1, help="the fixed arms' start depth")
+    p.add_argument(
+        "--ladder",
+        default="standard",
+        choices=["standard", "fine"],
+        help="the env's start-depth ladder (trace_gym/derived/levels.py): fine has a rung per oracle action "
+        "near the decision, and its deepest level (7) is the whole task",
+    )
     # caps the retail oracle fits (trace_train/ceiling.py); 96 / 8 cut its own episode on a third of the tasks
     p.add_argument("--max-turns", type=int, default=12)
     p.add_argument("--max-new-tokens", type=int, default=192)

@@ -9,7 +9,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import trace_gym  # noqa: F401 - registers the ids
-from trace_gym.derived.levels import BACK_OFF, LEVELS, prefix_length
+from trace_gym.derived.levels import BACK_OFF, LEVELS, ladder_levels, prefix_length
 from trace_gym.derived.pool import sources
 from trace_gym.derived.registration import derived_id, register_derived
 from trace_gym.derived.shaped import SHAPED_KEY, ordered_share, shaped_reward
@@ -57,6 +57,39 @@ def test_levels_are_start_depths():
     assert [prefix_length(1, level) for level in LEVELS] == [1, 0, 0, 0]
     with pytest.raises(ValueError):
         prefix_length(3, 5)
+
+
+def test_the_fine_ladder_has_a_rung_per_action_near_the_decision():
+    assert ladder_levels("standard") == LEVELS and ladder_levels("fine") == (1, 2, 3, 4, 5, 6, 7)
+    assert [prefix_length(7, level, "fine") for level in ladder_levels("fine")] == [7, 6, 5, 4, 3, 1, 0]
+    assert [prefix_length(2, level, "fine") for level in ladder_levels("fine")] == [2, 1, 0, 0, 0, 0, 0]
+    with pytest.raises(ValueError, match="ladder must be one of"):
+        ladder_levels("steep")
+    with pytest.raises(ValueError, match="difficulty must be one of"):
+        prefix_length(3, 5)  # the standard ladder has 4 levels
+
+
+def test_an_env_on_the_fine_ladder_starts_one_action_further_back_per_level():
+    """What the trainer's adaptive start depth reads (``difficulty_levels``) and what a reset replays; the
+    oracle's continuation still scores 1.0 from every rung."""
+    from trace_train.grpo.curriculum import env_levels
+
+    fine = gym.make(IDS[0], disable_env_checker=True, ladder="fine")
+    standard = make(IDS[0])
+    assert env_levels(fine) == [1, 2, 3, 4, 5, 6, 7] and env_levels(standard) == [1, 2, 3, 4]
+    env = fine.unwrapped
+    for seed in range(6):
+        prefixes = []
+        for level in ladder_levels("fine"):
+            _, info = env.reset(seed=seed, options={"split": "train", "difficulty": level})
+            point = info["source"]["decision_point"]
+            prefixes.append(info["prefix_actions"])
+            assert info["difficulty"] == level
+            result = play(env, env.oracle_actions())
+            assert result is not None and result[1] == 1.0, (seed, level)
+        assert prefixes == [max(0, point - back) for back in (0, 1, 2, 3, 4, 6)] + [0], seed
+    with pytest.raises(ValueError, match="difficulty must be one of"):
+        standard.reset(seed=0, options={"split": "train", "difficulty": 5})
 
 
 @pytest.mark.parametrize("env_id", IDS)

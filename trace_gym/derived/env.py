@@ -10,7 +10,8 @@ Task distribution
 Starting point (difficulty)
     The target's reset, then the target oracle's own actions replayed up to the start point
     (:mod:`trace_gym.derived.levels`: level 1, the default, starts at the decision point; level 4 at the
-    beginning of the whole task). The observation after reset is the conversation so far, prefix included.
+    beginning of the whole task; ``ladder="fine"``: levels 1-7, one oracle action apart near the decision).
+    The observation after reset is the conversation so far, prefix included.
 Reward
     The target's verdict on the whole episode, prefix included (binary where the target's is).
     ``info["reward_components"]`` is the target's plus :data:`~trace_gym.derived.shaped.SHAPED_KEY`, the
@@ -32,7 +33,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 
 from trace_gym.core.env import SPLITS, reset_options, split_of_seed, split_seed
-from trace_gym.derived.levels import DEFAULT_LEVEL, LEVELS, prefix_length
+from trace_gym.derived.levels import DEFAULT_LADDER, DEFAULT_LEVEL, LEVELS, ladder_levels, prefix_length
 from trace_gym.derived.pool import DEFAULT_WINDOW, SOURCE_SPLIT, Source, sources
 from trace_gym.derived.shaped import SHAPED_KEY, event_milestones, shaped_reward
 from trace_gym.worlds.world import canonical_json
@@ -60,6 +61,7 @@ class DerivedCapabilityEnv(gym.Env[list, Any]):
         render_mode: str | None = None,
         difficulty: int | None = None,
         window: int = DEFAULT_WINDOW,
+        ladder: str = DEFAULT_LADDER,
     ):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
@@ -71,6 +73,8 @@ class DerivedCapabilityEnv(gym.Env[list, Any]):
             k: tuple(v) if isinstance(v, list) else v for k, v in (target_kwargs or {}).items()
         }
         self.render_mode = render_mode
+        self.ladder = ladder
+        self.difficulty_levels = ladder_levels(ladder)  # the class's are the standard ladder's
         self.difficulty = self._check_level(self.default_difficulty if difficulty is None else difficulty)
         self.window = window
         self.target = gym.make(
@@ -167,7 +171,7 @@ class DerivedCapabilityEnv(gym.Env[list, Any]):
             target_options["hint"] = True
         obs, info = self.target.reset(seed=self.source.target_seed, options=target_options)
         oracle = list(self.target.oracle_actions())
-        self.prefix = prefix_length(self.source.decision_point, self.level)
+        self.prefix = prefix_length(self.source.decision_point, self.level, self.ladder)
         if not self.source.decision_point < len(oracle):
             raise PrefixError(
                 f"decision point {self.source.decision_point} beyond the oracle ({len(oracle)})"
