@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -94,8 +95,9 @@ def add_dataclass_flags(parser: argparse.ArgumentParser, cls: type, skip: set[st
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         text = f.metadata.get("help", "")
         tp = hints[f.name]
-        args = typing.get_args(tp)
-        base = next((a for a in args if a is not type(None)), tp) if args else tp
+        base = tp
+        if typing.get_origin(tp) in (typing.Union, types.UnionType):  # `X | None`: the flag takes an X
+            base = next(a for a in typing.get_args(tp) if a is not type(None))
         if base is bool:
             if default:
                 parser.add_argument(

@@ -256,3 +256,21 @@ def test_evaluate_through_openai_compatible_standin(tmp_path, capsys):
         )
     assert rc == 0
     assert "success 1.000" in capsys.readouterr().out
+
+
+def test_list_flags_take_several_values_and_optional_flags_one():
+    """``levels: list[int]`` is ``--levels 1 2 3`` (it was read as one int: the item type was taken for an
+    Optional's), ``lora_target_modules: list[str]`` several names, ``difficulty: int | None`` one int."""
+    import argparse
+
+    from trace_train.calibrate import register
+    from trace_train.config import GRPOArgs, add_dataclass_flags
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    assert parser.parse_args(["calibrate", "e", "--levels", "1", "2", "3"]).levels == [1, 2, 3]
+    assert parser.parse_args(["calibrate", "e"]).levels == []
+    train = argparse.ArgumentParser()
+    add_dataclass_flags(train, GRPOArgs, skip={"env_id"})
+    parsed = train.parse_args(["--lora-target-modules", "q_proj", "v_proj", "--difficulty", "2"])
+    assert parsed.lora_target_modules == ["q_proj", "v_proj"] and parsed.difficulty == 2
