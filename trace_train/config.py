@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -84,6 +85,16 @@ class EngineArgs:
         check_choices(self)
 
 
+def _or_none(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A flag value's converter that also reads ``none`` (any case) as None."""
+
+    def parse(text: str) -> Any:
+        return None if text.lower() == "none" else convert(text)
+
+    parse.__name__ = f"{convert.__name__} or none"  # what argparse names in an error
+    return parse
+
+
 def add_dataclass_flags(parser: argparse.ArgumentParser, cls: type, skip: set[str] = frozenset()) -> None:
     """One ``--flag`` per field of ``cls`` (``lora_rank`` -> ``--lora-rank``), with its default, its choices
     (:data:`CHOICES`) and its help text (the field's ``metadata["help"]``)."""
@@ -109,6 +120,8 @@ def add_dataclass_flags(parser: argparse.ArgumentParser, cls: type, skip: set[st
         help_text = f"{text} (default: {default})" if text else f"default: {default}"
         if typing.get_origin(base) is list or base is list:
             item = (typing.get_args(base) or (str,))[0]
+            if typing.get_origin(item) in (typing.Union, types.UnionType):  # list[X | None]: "none" is None
+                item = _or_none(next(a for a in typing.get_args(item) if a is not type(None)))
             parser.add_argument(flag, dest=f.name, nargs="+", type=item, default=default, help=help_text)
         else:
             conv = base if base in (int, float, str) else str

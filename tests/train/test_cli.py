@@ -264,6 +264,7 @@ def test_list_flags_take_several_values_and_optional_flags_one():
     import argparse
 
     from trace_train.calibrate import register
+    from trace_train.compose.config import ComposeArgs
     from trace_train.config import GRPOArgs, add_dataclass_flags
 
     parser = argparse.ArgumentParser()
@@ -274,3 +275,8 @@ def test_list_flags_take_several_values_and_optional_flags_one():
     add_dataclass_flags(train, GRPOArgs, skip={"env_id"})
     parsed = train.parse_args(["--lora-target-modules", "q_proj", "v_proj", "--difficulty", "2"])
     assert parsed.lora_target_modules == ["q_proj", "v_proj"] and parsed.difficulty == 2
+    compose = argparse.ArgumentParser()
+    add_dataclass_flags(compose, ComposeArgs, skip={"adapters", "envs", "names"})
+    assert compose.parse_args(["--difficulties", "2", "none", "1"]).difficulties == [2, None, 1]
+    with pytest.raises(SystemExit):
+        compose.parse_args(["--difficulties", "two"])
