@@ -86,10 +86,11 @@ def register_capability_env(s: Settings) -> str:
     """The target-derived env for the capability, on the target at ``--target-difficulty``, in this process."""
     import gymnasium as gym
 
+    from trace_gym.derived.levels import DEFAULT_LADDER
     from trace_gym.derived.registration import ENTRY_POINT, derived_id
     from trace_gym.registration import register_env
 
-    suffix = f"-arms-d{s.target_difficulty}" + ("" if s.ladder == "standard" else f"-{s.ladder}")
+    suffix = f"-arms-d{s.target_difficulty}" + ("" if s.ladder == DEFAULT_LADDER else f"-{s.ladder}")
     env_id = derived_id(s.target, s.capability).replace("-v0", f"{suffix}-v0")
     if env_id not in gym.registry:
         kwargs = {} if s.target_difficulty is None else {"difficulty": s.target_difficulty}
@@ -262,6 +263,8 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from trace_gym.derived.levels import DEFAULT_LADDER, LADDERS  # no imports of its own
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--policy", required=True, help="the base agent (the demo's warm-started model directory)")
     p.add_argument("--capability", default="precise-arguments")
@@ -274,8 +277,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--level", type=int, default=1, help="the fixed arms' start depth")
     p.add_argument(
         "--ladder",
-        default="standard",
-        choices=["standard", "fine"],
+        default=DEFAULT_LADDER,
+        choices=list(LADDERS),
         help="the env's start-depth ladder (trace_gym/derived/levels.py): fine has a rung per oracle action "
         "near the decision, and its deepest level (7) is the whole task",
     )

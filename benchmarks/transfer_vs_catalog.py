@@ -224,17 +224,13 @@ def main(argv: list[str] | None = None) -> None:
                 for name, (tree, code, env_id, kwargs) in envs.items()
             }
             specs = target_test_specs(ns.target, capability, ns.eval, ns.target_difficulty)
-            kept = out / capability / "episodes"
-            rows = {
-                "base": summarise(
-                    play(ns.policy, None, ns.target, specs, ns), capability, kept / "base.jsonl"
-                )
-            }
-            for name in envs:
-                adapter = str(out / capability / name / "adapter")
+            rows: dict[str, dict[str, Any]] = {}
+            for name in ("base", *envs):
+                adapter = None if name == "base" else str(out / capability / name / "adapter")
                 records = play(ns.policy, adapter, ns.target, specs, ns)
-                rows[name] = summarise(records, capability, kept / f"{name}.jsonl")
-                rows[name]["paired_vs_base"] = paired(rows["base"]["success"], rows[name]["success"])
+                rows[name] = summarise(records, capability, out / capability / "episodes" / f"{name}.jsonl")
+                if name != "base":
+                    rows[name]["paired_vs_base"] = paired(rows["base"]["success"], rows[name]["success"])
             document["capabilities"][capability] = {
                 "fits": fits,
                 "test_seeds": [s.seed for s in specs],

@@ -85,6 +85,13 @@ class EngineArgs:
         check_choices(self)
 
 
+def _without_none(tp: Any) -> Any:
+    """``X`` for ``X | None`` (a flag takes an X), else ``tp`` itself."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return next(a for a in typing.get_args(tp) if a is not type(None))
+    return tp
+
+
 def _or_none(convert: Callable[[str], Any]) -> Callable[[str], Any]:
     """A flag value's converter that also reads ``none`` (any case) as None."""
 
@@ -106,9 +113,7 @@ def add_dataclass_flags(parser: argparse.ArgumentParser, cls: type, skip: set[st
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         text = f.metadata.get("help", "")
         tp = hints[f.name]
-        base = tp
-        if typing.get_origin(tp) in (typing.Union, types.UnionType):  # `X | None`: the flag takes an X
-            base = next(a for a in typing.get_args(tp) if a is not type(None))
+        base = _without_none(tp)
         if base is bool:
             if default:
                 parser.add_argument(
@@ -120,8 +125,8 @@ def add_dataclass_flags(parser: argparse.ArgumentParser, cls: type, skip: set[st
         help_text = f"{text} (default: {default})" if text else f"default: {default}"
         if typing.get_origin(base) is list or base is list:
             item = (typing.get_args(base) or (str,))[0]
-            if typing.get_origin(item) in (typing.Union, types.UnionType):  # list[X | None]: "none" is None
-                item = _or_none(next(a for a in typing.get_args(item) if a is not type(None)))
+            if _without_none(item) is not item:  # list[X | None]: "none" is None
+                item = _or_none(_without_none(item))
             parser.add_argument(flag, dest=f.name, nargs="+", type=item, default=default, help=help_text)
         else:
             conv = base if base in (int, float, str) else str
