@@ -130,13 +130,20 @@ def resolve_dtype(dtype: torch.dtype | str, device: str = "cpu") -> torch.dtype:
     return getattr(torch, dtype)
 
 
+def default_device() -> str:
+    """Where a model runs unless told otherwise: the GPU when torch sees one, else the CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def load_model(
-    name_or_path: str | os.PathLike, dtype: torch.dtype | str = torch.float32
+    name_or_path: str | os.PathLike, dtype: torch.dtype | str = torch.float32, device: str | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer; the tokenizer gets a pad token and left padding for batching.
-    ``dtype``: a torch dtype or a name in :data:`DTYPES` (``"auto"`` picks bf16 only where it is fast)."""
+    ``dtype``: a torch dtype or a name in :data:`DTYPES` (``"auto"`` picks bf16 only where it is fast on
+    ``device``, the device the caller will move the model to: by default :func:`default_device`). The model is
+    returned on the CPU."""
     path = resolve_model(name_or_path)
-    dtype = resolve_dtype(dtype)
+    dtype = resolve_dtype(dtype, str(device or default_device()))
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     if tokenizer.pad_token_id is None:

@@ -9,6 +9,7 @@ import gymnasium as gym
 import pytest
 import torch
 
+from tests.train.old_transformers import with_past_key_values_signature
 from tests.train.positional_model import build_positional_model
 from trace_train.engine import engine_for
 from trace_train.grpo.logprobs import pad_batch, sequence_logprobs
@@ -345,3 +346,15 @@ def test_the_kept_prefix_stops_at_the_system_segment_so_later_conversations_join
     assert stats.joins - joins >= 1
     reference = _run(policy, "simple", seeds, GREEDY)
     assert [t.token_ids for t in streamed] == [t.token_ids for t in reference]
+
+
+def test_the_cache_reaches_a_decoder_with_the_pre_5_24_signature():
+    # transformers < 5.24 takes the cache as past_key_values and ignores an unknown cache= keyword: each turn
+    # would then be decoded without the conversation before it
+    seeds = list(range(5))
+    expected = _run(_policy(), "cached", seeds, GREEDY)
+    policy = _policy()
+    with_past_key_values_signature(policy.model)
+    got = _run(policy, "cached", seeds, GREEDY)
+    for a, b in zip(expected, got, strict=True):
+        assert a.token_ids == b.token_ids and a.actions == b.actions

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.train.old_transformers import with_past_key_values_signature
 from trace_train.engine import attention
 from trace_train.grpo.logprobs import pad_batch, sequence_logprobs, shared_prefix_logprobs
 from trace_train.models import build_tiny_model
@@ -328,3 +329,19 @@ def test_gradient_checkpointing_keeps_the_shared_prefix_path(given_prefix, ours,
     assert grads.keys() == ref_grads.keys() and grads
     for name in grads:
         torch.testing.assert_close(grads[name], ref_grads[name], atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])  # eager: the path other devices take (no cascade)
+def test_shared_prefix_reaches_a_decoder_with_the_pre_5_24_signature(attention):
+    # transformers < 5.24 takes the cache as past_key_values and ignores an unknown cache= keyword: the prefix
+    # the sequences attend to would silently be missing
+    model, pad = _lora_model()
+    model.base_model.model.set_attn_implementation(attention)
+    seqs, masks = _group()
+    ids, attn, pmask = pad_batch(seqs, masks, pad)
+    with torch.no_grad():
+        ref, ref_mask = sequence_logprobs(model, ids, attn, pmask, share_prefix=False)
+        with_past_key_values_signature(model)
+        got, got_mask = shared_prefix_logprobs(model, seqs, masks, pad)
+    assert torch.equal(got_mask, ref_mask) and ref_mask.any()
+    assert torch.allclose(got * got_mask, ref * ref_mask, atol=1e-5)

@@ -101,3 +101,19 @@ def test_resolve_dtype_names_the_choices_for_an_unknown_name():
     assert models.resolve_dtype(torch.float16) is torch.float16
     with pytest.raises(ValueError, match="unknown dtype 'fp8'.*auto, float32, bfloat16, float16"):
         models.resolve_dtype("fp8")
+
+
+def test_auto_dtype_is_decided_for_the_device_the_policy_runs_on(monkeypatch, tmp_path):
+    # a GPU machine's CPU may compute bf16 slowly: "auto" must not ask the CPU about a model bound for the GPU
+    from trace_train.policies.hf import HFPolicy
+
+    asked: list[str] = []
+    monkeypatch.setattr(models, "auto_dtype", lambda device="cpu": asked.append(device) or torch.float32)
+    path = models.save_tiny_model(tmp_path / "tiny")
+    policy = HFPolicy.from_pretrained(path, dtype="auto", device="meta")
+    assert asked == ["meta"] and next(policy.model.parameters()).device.type == "meta"
+    models.load_model(path, dtype="auto", device="cuda")
+    assert asked[-1] == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    models.load_model(path, dtype="auto")
+    assert asked[-1] == "cpu"

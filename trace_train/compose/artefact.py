@@ -287,7 +287,11 @@ def load_composition(
     root = Path(path)
     manifest = verify_artefact(root)
     base_name = model or manifest["base"]["model"]
-    base, tokenizer = load_model(base_name, dtype=dtype or manifest["base"].get("dtype", "float32"))
+    base, tokenizer = load_model(
+        base_name,
+        dtype=dtype or manifest["base"].get("dtype", "float32"),
+        device=torch.device(device).type if device is not None else "cpu",
+    )
     if base_fingerprint(base) != manifest["base"]["fingerprint"]:
         raise CompositionError(
             f"{base_name} is not the base this composition was built on ({manifest['base']})"

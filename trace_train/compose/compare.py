@@ -64,7 +64,7 @@ def make_policy(name: str, comp, tokenizer, manifest: dict[str, Any], args: Comp
     if name == "router":
         return TaskRouterPolicy(comp, tokenizer, specs)
     base, _ = load_model(
-        args.model or manifest["base"]["model"], dtype=args.dtype or manifest["base"]["dtype"]
+        args.model or manifest["base"]["model"], dtype=args.dtype or manifest["base"]["dtype"], device="cpu"
     )
     builder = {"uniform": uniform_merged_policy, "arrow": arrow_policy, "xlora": xlora_policy}[name]
     return builder(base, tokenizer, [AdapterSpec(**{**s.__dict__}) for s in specs])
@@ -92,7 +92,7 @@ def router_policy(model: str, adapters: dict[str, str], dtype: str | None = None
         env_id = _run_env_id(path)
         capability, description = _env_description(env_id) if env_id else (None, None)
         specs.append(AdapterSpec(name, str(adapter_dir(path)), env_id, capability or name, description))
-    base, tokenizer = load_model(model, dtype=dtype or "float32")
+    base, tokenizer = load_model(model, dtype=dtype or "float32", device="cpu")
     comp = build_composition(base, specs, base_path=str(resolve_model(model)))
     comp.model.eval()
     return TaskRouterPolicy(comp, tokenizer, specs)

@@ -180,7 +180,7 @@ class GateTrainer:
         self.args = args
         self.out = Path(args.out)
         self.specs = adapter_specs(args)
-        base, self.tokenizer = load_model(args.model, dtype=args.dtype)
+        base, self.tokenizer = load_model(args.model, dtype=args.dtype, device="cpu")  # trained on the CPU
         self.composition = build_composition(
             base, self.specs, base_path=str(resolve_model(args.model)), base_bias=args.base_bias
         )

@@ -19,10 +19,25 @@ Each layer's keys and values live in a preallocated buffer written in place (cap
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 from trace_train.engine.attention import SharedPrefix
+
+
+def cache_argument(module: torch.nn.Module) -> str:
+    """The keyword under which ``module.forward`` takes its KV cache: transformers 5.24 renamed
+    ``past_key_values`` to ``cache`` (the old name deprecated until 5.40), and the package supports 5.0 on, where
+    an unknown keyword is swallowed by ``**kwargs`` and the cache silently ignored."""
+    return _cache_argument(type(module))
+
+
+@functools.cache
+def _cache_argument(cls: type) -> str:
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
 
 
 class GrowingLayer(DynamicLayer):

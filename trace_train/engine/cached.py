@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from trace_train.engine.attention import packed_gqa
-from trace_train.engine.cache import RaggedCache
+from trace_train.engine.cache import RaggedCache, cache_argument
 from trace_train.engine.sampling import next_tokens
 from trace_train.policies.base import SamplingConfig
 
@@ -82,7 +82,9 @@ class ModelRunner:
         self, ids, attention_mask, position_ids, cache: RaggedCache, pick: torch.Tensor | None
     ) -> torch.Tensor | None:
         """Run ``ids`` ``[B, W]``; return the logits ``[B, V]`` at column ``pick[b]`` of each row (None: none)."""
-        kw = dict(attention_mask=attention_mask, position_ids=position_ids, cache=cache.cache, use_cache=True)
+        called = self.decoder if self.decoder is not None else self.model
+        kw = {"attention_mask": attention_mask, "position_ids": position_ids, "use_cache": True}
+        kw[cache_argument(called)] = cache.cache
         if cache.prefix is not None:
             kw["shared_prefix"] = cache.prefix
         try:

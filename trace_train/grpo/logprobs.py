@@ -30,6 +30,7 @@ import torch
 from transformers import DynamicCache
 
 from trace_train.engine.attention import SharedPrefix, packed_gqa
+from trace_train.engine.cache import cache_argument
 from trace_train.engine.cached import common_prefix_length
 from trace_train.engine.sampling import target_logprobs
 from trace_train.policies.base import SamplingConfig
@@ -191,8 +192,8 @@ def _prefix_forward(
         decoder(
             input_ids=torch.tensor([tokens], dtype=torch.long, device=device),
             position_ids=torch.arange(start, start + len(tokens), device=device)[None],
-            cache=cache,
             use_cache=True,
+            **{cache_argument(decoder): cache},
         )
     return cache.layer_kv()
 
@@ -404,7 +405,7 @@ def shared_prefix_logprobs(
             if kv is not None:  # every row reads the one prefix row through a cache
                 allowed = torch.cat([(seg >= 0)[:, :, None].expand(-1, -1, shared), allowed], dim=2)
                 cache = _PrefixCache(kv, rows=n_rows)
-            kwargs = dict(cache=cache, use_cache=cache is not None)
+            kwargs = {cache_argument(decoder): cache, "use_cache": cache is not None}
         mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
         with _cache_under_checkpointing(decoder):
             hidden = decoder(

@@ -13,7 +13,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trace_train.chat import ChatRenderer
 from trace_train.config import LoraSettings
-from trace_train.models import load_model
+from trace_train.models import default_device, load_model
 from trace_train.policies.base import Conversation, SamplingConfig, ToolSchema, cut_after_eos
 
 
@@ -140,12 +140,14 @@ class HFPolicy:
     ) -> HFPolicy:
         """Load ``model`` (plus a LoRA adapter when asked) onto ``device``: by default the GPU when there is
         one, else the CPU."""
-        base, tokenizer = load_model(model, dtype=dtype)
+        device = torch.device(device or default_device())
+        # "auto" is decided for the device the model runs on (the CPU's bf16 speed says nothing about a GPU's)
+        base, tokenizer = load_model(model, dtype=dtype, device=device.type)
         if adapter is not None or lora is not None or trainable:
             if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
                 raise FileNotFoundError(f"{adapter} is not a PEFT adapter directory (no adapter_config.json)")
             base = attach_lora(base, lora, adapter)
-        base.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        base.to(device)
         return cls(base, tokenizer, name=str(model))
 
     def configure(self, engine: str | None = None, tool_format: str | None = None) -> HFPolicy:
