@@ -13,7 +13,7 @@ mechanism:
 | all | adaptive | milestones | on |
 
 With ``--sft-episodes N`` every arm starts from the same adapter, first fitted to N oracle episodes of the
-capability env at ``--level`` (train tasks from ``--sft-seed-offset``, apart from GRPO's): the demo's own recipe
+capability env at ``--level`` (or spread over ``--sft-levels``; train tasks from ``--sft-seed-offset``, apart from GRPO's): the demo's own recipe
 (``[adapters.sft]``), so the arms train the agent the demo trains. That adapter is evaluated as its own row.
 
 Then, for the base (and the SFT adapter) and every arm:
@@ -68,6 +68,7 @@ class Settings:
     sft_episodes: int
     sft_epochs: int
     sft_seed_offset: int
+    sft_levels: list[int]
     micro_batch_tokens: int
     ladder: str
     out: Path
@@ -175,7 +176,8 @@ def fit_sft(env_id: str, s: Settings) -> dict[str, Any]:
             batch_size=2,
             seed_offset=s.sft_seed_offset,
             max_turns=12,
-            difficulty=s.level,
+            difficulty=None if s.sft_levels else s.level,
+            levels=s.sft_levels,
             dtype=s.dtype,
             micro_batch_tokens=s.micro_batch_tokens,
         )
@@ -294,6 +296,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--sft-epochs", type=int, default=1)
     p.add_argument("--sft-seed-offset", type=int, default=100_000, help="first train task of the SFT fit")
+    p.add_argument(
+        "--sft-levels",
+        type=int,
+        nargs="+",
+        default=[],
+        help="spread the SFT fit's oracle episodes over these levels in turn (default: all at --level), e.g. 1 2 3 4",
+    )
     p.add_argument(
         "--micro-batch-tokens",
         type=int,

@@ -539,6 +539,11 @@ class SFTSettings:
     difficulty: int | None = knob(
         None, "difficulty of the oracle episodes (None: the env's default)", minimum=0
     )
+    levels: list[int] = knob(
+        [],
+        "spread the oracle episodes over these difficulty levels, in turn (empty: all at `difficulty`). On a "
+        "target-derived env, `1 2 3 4` fits every start depth: the turns before the decision too, not only it",
+    )
     gradient_checkpointing: bool = knob(
         False, "recompute activations in backward: long tool conversations fit in memory (slower)"
     )
@@ -562,6 +567,20 @@ class SFTSettings:
         _check_positive(self, "seed_offset", minimum=0)  # past the train split: refused by train_reset_seed
         if not self.lr > 0.0:
             raise ValueError(f"--lr must be > 0, got {self.lr}")
+        if self.levels and self.difficulty is not None:
+            raise ValueError(
+                f"--levels {' '.join(map(str, self.levels))} and --difficulty {self.difficulty} both say where the "
+                "oracle episodes start: give one"
+            )
+        if any(not isinstance(level, int) or level < 0 for level in self.levels):
+            raise ValueError(f"--levels must be integers >= 0, got {self.levels!r}")
+
+    def episode_difficulties(self) -> list[int | None]:
+        """The difficulty of each oracle episode: ``levels`` in turn, or ``difficulty`` for all."""
+        return [
+            self.levels[i % len(self.levels)] if self.levels else self.difficulty
+            for i in range(self.episodes)
+        ]
 
 
 @dataclass

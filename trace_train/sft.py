@@ -36,11 +36,22 @@ from trace_train.tool_text import assistant_text
 
 
 def oracle_trajectories(
-    policy: HFPolicy, env_id: str, seeds: list[int], max_turns: int = 12, difficulty: int | None = None
+    policy: HFPolicy,
+    env_id: str,
+    seeds: list[int],
+    max_turns: int = 12,
+    difficulty: int | None | list[int | None] = None,
 ) -> tuple[list[Trajectory], int]:
-    """Replay each env's oracle through the policy's renderer; returns (successful trajectories, failures)."""
+    """Replay each env's oracle through the policy's renderer; returns (successful trajectories, failures).
+    ``difficulty``: one for every seed, or a list with one per seed."""
     envs = [make_env(env_id) for _ in seeds]
-    specs = [ResetSpec(seed=s, group=i, split="train", difficulty=difficulty) for i, s in enumerate(seeds)]
+    per_seed = difficulty if isinstance(difficulty, list) else [difficulty] * len(seeds)
+    if len(per_seed) != len(seeds):
+        raise ValueError(f"{len(per_seed)} difficulties for {len(seeds)} seeds")
+    specs = [
+        ResetSpec(seed=s, group=i, split="train", difficulty=d)
+        for i, (s, d) in enumerate(zip(seeds, per_seed, strict=True))
+    ]
     scripts: dict[int, list[Any]] = {}
     eos = policy.tokenizer.eos_token_id
 
@@ -148,7 +159,9 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
     probe = make_env(args.env_id)
     seeds = [train_reset_seed(args.seed_offset + i, probe) for i in range(args.episodes)]  # never test seeds
     probe.close()
-    trajs, failed = oracle_trajectories(policy, args.env_id, seeds, args.max_turns, args.difficulty)
+    trajs, failed = oracle_trajectories(
+        policy, args.env_id, seeds, args.max_turns, args.episode_difficulties()
+    )
     if not trajs:
         raise RuntimeError(f"no oracle trajectory of {args.env_id} scored 1.0 ({failed} failed)")
     data = [t.training_ids() for t in trajs]

@@ -137,7 +137,12 @@ def _sft_warmup(
         started = time.time()
         summary = run_sft(
             SFTArgs(
-                **{**settings_of(fit, SFTSettings), "episodes": episodes, "difficulty": difficulty},
+                **{
+                    **settings_of(fit, SFTSettings),
+                    "episodes": episodes,
+                    # levels, when set, say where each oracle episode starts instead of calibration's choice
+                    "difficulty": None if fit.levels else difficulty,
+                },
                 **settings_of(cfg.base, EngineArgs),
                 env_id=env_id,
                 model=ctx.upstream["base"]["model"],
@@ -154,6 +159,7 @@ def _sft_warmup(
         "adapter": summary["adapter"],
         "episodes": episodes,
         "epochs": fit.epochs,
+        "levels": fit.levels or [difficulty],
         "task_indices": [fit.seed_offset, fit.seed_offset + episodes - 1],
         "seeds": [seeds[0], seeds[-1]],
         "first_loss": summary.get("first_loss"),
