@@ -85,3 +85,37 @@ def test_the_capability_picture_shows_each_methods_milestone_pass_rate():
     section = evaluation_section(ctx)
     check_tables([section])
     assert section.tables[1] == (["capability", "base", "moe"], [["policy-adherence", "2/3 (0.67)", "0/0"]])
+
+
+def _answer(base_solved: set[int], moe_solved: set[int], direct_solved: set[int] | None, n: int = 40) -> str:
+    from trace_train.pipeline.stages.report import answer_section
+
+    base, moe = _episodes(base_solved, n), _episodes(moe_solved, n)
+    rows = [_row("base", base), _row("moe", moe)]
+    rows[1]["vs_base"] = _paired(base, moe)
+    if direct_solved is not None:
+        direct = _episodes(direct_solved, n)
+        rows.append(_row("direct_grpo", direct))
+        rows[1]["vs_direct_grpo"] = _paired(direct, moe)
+    ctx = SimpleNamespace(upstream={"evaluation": {"rows": rows, "not_run": {}}})
+    return " ".join(answer_section(ctx).paragraphs)
+
+
+def test_the_answer_says_yes_only_when_both_paired_tests_say_better():
+    many, few = set(range(20)), {0, 1}
+    assert _answer(few, many, few).startswith("**Yes.**")
+    # better than the base but not than direct GRPO (the same tasks solved)
+    text = _answer(few, many, many)
+    assert text.startswith("**No: not significantly better than direct GRPO.**")
+    assert "against the base +18/-0 tasks" in text and "against direct GRPO +0/-0 tasks" in text
+    # worse than the base (it loses what the base could do)
+    assert _answer(many, few, few).startswith(
+        "**No: worse than the base and not significantly better than direct GRPO.**"
+    )
+    # a small difference is not called a gain
+    assert _answer({0}, {0, 1, 2}, {0}).startswith("**No: not significantly better than the base")
+    assert _answer(few, many, None).startswith(
+        "**Not answered: direct GRPO, the fair baseline, was not measured"
+    )
+    assert "solves 20/40 (50.0%)" in _answer(few, many, few)
+    assert "keeps 100% of the base's test successes" in _answer(few, many, few)

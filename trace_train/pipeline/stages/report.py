@@ -335,6 +335,75 @@ def evaluation_section(ctx: StageContext) -> Section:
     return s
 
 
+SIGNIFICANCE = 0.05  # the answer calls a difference only where the exact McNemar test says so at this level
+
+
+def _successes(row: dict[str, Any]) -> str:
+    n = row["episodes"]
+    return f"{round(row['success_rate'] * n)}/{n} ({row['success_rate']:.1%})"
+
+
+def _compared(row: dict[str, Any], key: str, other: str) -> tuple[str | None, str]:
+    """(``"better"``/``"worse"``/``None`` for no significant difference, the figures) of ``row`` against the
+    method its paired test ``key`` was run against."""
+    vs = row.get(key)
+    if not vs:
+        return None, f"{other} not measured"
+    gained, lost, p = vs["only_b"], vs["only_a"], vs["mcnemar_p"]
+    figures = f"against {other} +{gained}/-{lost} tasks, exact McNemar p {p_value(p)}"
+    if p < SIGNIFICANCE and gained != lost:
+        return ("better" if gained > lost else "worse"), figures
+    return None, figures
+
+
+def answer_section(ctx: StageContext) -> Section:
+    """The question a user asks first, answered from the final table: does the composition beat both the base
+    and GRPO directly on the target?"""
+    ev = ctx.upstream["evaluation"]
+    rows = {r["method"]: r for r in ev["rows"]}
+    s = Section("The answer: does TRACE beat the base and direct GRPO?")
+    trace_method = next((m for m in ("moe", "router") if m in rows), None)
+    if trace_method is None:
+        s.paragraphs.append("**Not answered:** neither the gated composition nor the router was evaluated.")
+        return s
+    row = rows[trace_method]
+    vs_base, base_figures = _compared(row, "vs_base", "the base")
+    vs_direct, direct_figures = _compared(row, "vs_direct_grpo", "direct GRPO")
+    if vs_base == "better" and vs_direct == "better":
+        answer = "Yes"
+    elif "direct_grpo" not in rows:
+        answer = "Not answered: direct GRPO, the fair baseline, was not measured"
+    else:
+        parts = [
+            f"{'worse than' if verdict == 'worse' else 'not significantly better than'} {name}"
+            for verdict, name in ((vs_base, "the base"), (vs_direct, "direct GRPO"))
+            if verdict != "better"
+        ]
+        answer = "No: " + " and ".join(parts)
+    name = {"moe": "the gated composition (MoE)", "router": "the task-level router"}[trace_method]
+    others = ", ".join(
+        f"{label} {_successes(rows[m])}"
+        for m, label in (("base", "the base"), ("direct_grpo", "direct GRPO"), ("router", "the router"))
+        if m in rows and m != trace_method
+    )
+    s.paragraphs.append(
+        f"**{answer}.** On the same test tasks {name} solves {_successes(row)}; {others}. "
+        f"{name[0].upper() + name[1:]}: {base_figures}; {direct_figures} (a difference is called only at p < "
+        f"{SIGNIFICANCE})."
+    )
+    kept = (row.get("vs_base") or {}).get("kept_share")
+    if kept is not None:
+        s.paragraphs.append(f"Do no harm: it keeps {kept:.0%} of the base's test successes.")
+    costs = [
+        f"{m} {r['train_rollouts']} training rollouts, {r.get('train_wall_s') or 0:.0f} s"
+        for m, r in rows.items()
+        if m in (trace_method, "direct_grpo")
+    ]
+    if costs:
+        s.paragraphs.append("Training cost: " + "; ".join(costs) + ". The full table follows.")
+    return s
+
+
 def timing_section(ctx: StageContext) -> Section:
     s = Section("Stages: wall time and memory")
     states = {name: _stage_state(d) for name, d in ctx.upstream_dirs.items()}
@@ -362,13 +431,14 @@ def timing_section(ctx: StageContext) -> Section:
 
 def run(ctx: StageContext) -> dict[str, Any]:
     cfg = ctx.config
-    sections = [
+    sections = [  # the answer and the table that backs it first, then how the run got there
+        answer_section(ctx),
+        evaluation_section(ctx),
         base_section(ctx),
         analysis_section(ctx),
         synthesis_section(ctx),
         adapters_section(ctx),
         gates_section(ctx),
-        evaluation_section(ctx),
         timing_section(ctx),
     ]
     intro = [
