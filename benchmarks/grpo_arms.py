@@ -272,7 +272,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--capability", default="precise-arguments")
     p.add_argument("--target", default="trace/retail-v2")
     p.add_argument("--target-difficulty", type=int, default=1, help="the demo's target difficulty")
-    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument(
+        "--arms",
+        default=",".join(ARMS),
+        help=f"comma-separated, of {', '.join(ARMS)}; none: the SFT fit alone",
+    )
     p.add_argument("--budget", type=int, default=24, help="rollouts per arm (refills and rescues included)")
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--groups-per-step", type=int, default=2)
@@ -312,7 +316,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--out", default="benchmarks/results/grpo_arms")
     ns = p.parse_args(argv)
-    s = Settings(**{**vars(ns), "arms": ns.arms.split(","), "out": Path(ns.out)})
+    arms = [] if ns.arms == "none" else ns.arms.split(",")  # none: the base and the SFT fit only
+    s = Settings(**{**vars(ns), "arms": arms, "out": Path(ns.out)})
     unknown = [a for a in s.arms if a not in ARMS]
     if unknown:
         p.error(f"unknown arms {unknown}; known: {list(ARMS)}")
@@ -350,7 +355,8 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|---|---|")
     if sft is not None:
         print(
-            f"| sft (every arm's start) | {s.sft_episodes} oracle | - | - | {s.level} | "
+            f"| sft (every arm's start) | {s.sft_episodes} oracle | - | - | "
+            f"{' '.join(map(str, s.sft_levels)) or s.level} | "
             f"{sum(sft['env_success'])}/{len(sft['env_success'])} | "
             f"{sum(x >= 1.0 for x in sft['target_rewards'])}/{len(specs)} | {paired(base_target, sft['target_rewards'])} |"
         )
@@ -373,8 +379,9 @@ def main(argv: list[str] | None = None) -> None:
         "wall_s": round(time.time() - started, 1),
     }
     (s.out / "arms.json").write_text(json.dumps(document, indent=2) + "\n")
-    plot(results, s.out / "arms.png")
-    print(f"wrote {s.out / 'arms.json'} and {s.out / 'arms.png'} ({document['wall_s']} s)")
+    if results:
+        plot(results, s.out / "arms.png")
+    print(f"wrote {s.out / 'arms.json'}{' and arms.png' if results else ''} ({document['wall_s']} s)")
 
 
 if __name__ == "__main__":
