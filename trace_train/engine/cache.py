@@ -30,8 +30,8 @@ from trace_train.engine.attention import SharedPrefix
 
 def cache_argument(module: torch.nn.Module) -> str:
     """The keyword under which ``module.forward`` takes its KV cache: transformers 5.24 renamed
-    ``past_key_values`` to ``cache`` (the old name deprecated until 5.40), and the package supports 5.0 on, where
-    an unknown keyword is swallowed by ``**kwargs`` and the cache silently ignored."""
+    ``past_key_values`` to ``cache`` (the old name deprecated until 5.40). The package supports releases before
+    5.24 too, where an unknown ``cache=`` is swallowed by ``**kwargs`` and the cache silently ignored."""
     return _cache_argument(type(module))
 
 
