@@ -110,12 +110,17 @@ def test_the_answer_says_yes_only_when_both_paired_tests_say_better():
     assert "against the base +18/-0 tasks" in text and "against direct GRPO +0/-0 tasks" in text
     # worse than the base (it loses what the base could do)
     assert _answer(many, few, few).startswith(
-        "**No: worse than the base and not significantly better than direct GRPO.**"
+        "**No: worse than the base; not significantly better than direct GRPO.**"
     )
     # a small difference is not called a gain
-    assert _answer({0}, {0, 1, 2}, {0}).startswith("**No: not significantly better than the base")
+    assert _answer({0}, {0, 1, 2}, {0}).startswith(
+        "**No: not significantly better than the base or direct GRPO.**"
+    )
     assert _answer(few, many, None).startswith(
         "**Not answered: direct GRPO, the fair baseline, was not measured"
     )
     assert "solves 20/40 (50.0%)" in _answer(few, many, few)
     assert "keeps 100% of the base's test successes" in _answer(few, many, few)
+    assert "Training cost: MoE 0 training rollouts, 0 s; direct GRPO 0 training rollouts" in _answer(
+        few, many, few
+    )

@@ -374,12 +374,11 @@ def answer_section(ctx: StageContext) -> Section:
     elif "direct_grpo" not in rows:
         answer = "Not answered: direct GRPO, the fair baseline, was not measured"
     else:
-        parts = [
-            f"{'worse than' if verdict == 'worse' else 'not significantly better than'} {name}"
-            for verdict, name in ((vs_base, "the base"), (vs_direct, "direct GRPO"))
-            if verdict != "better"
-        ]
-        answer = "No: " + " and ".join(parts)
+        worse = [n for v, n in ((vs_base, "the base"), (vs_direct, "direct GRPO")) if v == "worse"]
+        level = [n for v, n in ((vs_base, "the base"), (vs_direct, "direct GRPO")) if v is None]
+        parts = [f"worse than {' and '.join(worse)}"] if worse else []
+        parts += [f"not significantly better than {' or '.join(level)}"] if level else []
+        answer = "No: " + "; ".join(parts)
     name = {"moe": "the gated composition (MoE)", "router": "the task-level router"}[trace_method]
     others = ", ".join(
         f"{label} {_successes(rows[m])}"
@@ -394,8 +393,9 @@ def answer_section(ctx: StageContext) -> Section:
     kept = (row.get("vs_base") or {}).get("kept_share")
     if kept is not None:
         s.paragraphs.append(f"Do no harm: it keeps {kept:.0%} of the base's test successes.")
+    labels = {"moe": "MoE", "router": "router", "direct_grpo": "direct GRPO"}
     costs = [
-        f"{m} {r['train_rollouts']} training rollouts, {r.get('train_wall_s') or 0:.0f} s"
+        f"{labels[m]} {r['train_rollouts']} training rollouts, {r.get('train_wall_s') or 0:.0f} s"
         for m, r in rows.items()
         if m in (trace_method, "direct_grpo")
     ]
