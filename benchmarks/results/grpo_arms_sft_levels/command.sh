@@ -13,3 +13,6 @@ else
   python benchmarks/grpo_arms.py --policy /work/runs/demo40/01-base/sft-0/merged --capability precise-arguments \
     --arms fixed --sft-episodes 24 --sft-levels 1 2 3 4 --out /work/runs/arms40-levels
 fi
+# Session 39 stopped the levels run after its fit (the base evaluation and the arm would not have finished in the
+# session) and evaluated the fit with:
+#   python benchmarks/results/grpo_arms_sft_levels/evaluate_fit.py /work/runs/arms40-levels /work/runs/demo40/01-base/sft-0/merged
