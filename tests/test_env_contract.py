@@ -33,9 +33,17 @@ def test_check_env_with_warnings_as_errors(env_id):
         env.close()
 
 
-@pytest.mark.parametrize(
-    "env_id", [e for e in ALL_ENVS if e != "trace/test-library-v0"] or ["trace/test-library-v0"]
-)
+def _oracle_params() -> list:
+    """Every env, the retail-derived ones but one marked slow: each of their resets replays a source task's
+    prefix (~6 s an oracle episode, ~30 s an env here), and tests/derived/test_retail_derived.py already plays
+    every one's oracle continuation in the default run."""
+    envs = [e for e in ALL_ENVS if e != "trace/test-library-v0"] or ["trace/test-library-v0"]
+    derived = [e for e in envs if e.startswith("trace/retail-") and e.endswith("-v0")]
+    kept = {"trace/retail-error-recovery-v0"} & set(derived) or set(derived[:1])
+    return [pytest.param(e, marks=pytest.mark.slow) if e in derived and e not in kept else e for e in envs]
+
+
+@pytest.mark.parametrize("env_id", _oracle_params())
 def test_oracle_scores_one_and_requirements_are_labels(env_id):
     env = gym.make(env_id)
     for seed in range(5):
