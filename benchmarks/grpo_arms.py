@@ -23,7 +23,8 @@ Then, for the base (and the SFT adapter) and every arm:
 * success on the target's test tasks that need the capability (paired against the base, same tasks).
 
 Prints the tables, writes ``<out>/arms.json`` and ``<out>/arms.png`` (informative-group share and reward per
-step). Slow on a CPU (tens of minutes at the defaults); CPU and sizes are printed with the figures.
+step). A rerun in the same ``--out`` reuses the SFT fit (``<out>/sft``) and every evaluation whose inputs are
+unchanged (``<out>/evals``). Slow on a CPU (tens of minutes at the defaults); CPU and sizes are printed with the figures.
 
     python benchmarks/grpo_arms.py --policy runs/demo/01-base/model --capability precise-arguments
 """
@@ -70,6 +71,7 @@ class Settings:
     sft_seed_offset: int
     sft_levels: list[int]
     micro_batch_tokens: int
+    eval_batch_size: int
     ladder: str
     out: Path
     dtype: str
@@ -136,21 +138,64 @@ def episodes(policy: Any, env_id: str, specs: list[Any], s: Settings) -> list[di
     from trace_train.rollout import SamplingConfig
 
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=s.max_new_tokens)
-    return run_episodes(policy, env_id, specs, sampling, max_turns=s.max_turns, batch_size=16)
+    return run_episodes(policy, env_id, specs, sampling, max_turns=s.max_turns, batch_size=s.eval_batch_size)
 
 
-def evaluate(policy_dir: str, adapter: str | None, env_id: str, s: Settings, target_specs: list[Any]):
-    """(successes at the deepest start on the env's held-out tasks, per-task target test rewards)."""
+def evaluation_inputs(
+    policy_dir: str, adapter: str | None, env_id: str, s: Settings, target_specs: list[Any]
+) -> tuple[dict[str, Any], list[Any]]:
+    """Everything that decides an evaluation, and the env's held-out specs (the deepest start)."""
     from trace_gym.derived.levels import ladder_levels
-    from trace_train.policy_factory import make_policy
     from trace_train.rollout import ResetSpec
 
-    policy = make_policy(policy_dir, adapter=adapter, dtype=s.dtype)
     deepest = max(ladder_levels(s.ladder))  # the whole target task on either ladder
     env_specs = [ResetSpec(seed=i, group=i, split="test", difficulty=deepest) for i in range(s.env_eval)]
-    env_records = episodes(policy, env_id, env_specs, s)
-    target_records = episodes(policy, s.target, target_specs, s)
-    return [r["reward"] >= 1.0 for r in env_records], [float(r["reward"]) for r in target_records]
+    inputs = {
+        "policy": policy_dir,
+        "adapter": adapter,
+        "env_id": env_id,
+        "env_seeds": [spec.seed for spec in env_specs],
+        "env_level": deepest,
+        "target": s.target,
+        "target_seeds": [spec.seed for spec in target_specs],
+        "max_turns": s.max_turns,
+        "max_new_tokens": s.max_new_tokens,
+        "batch_size": s.eval_batch_size,  # batched bf16 kernels may round differently at another batch
+        "dtype": s.dtype,
+    }
+    return inputs, env_specs
+
+
+def evaluate(
+    label: str, policy_dir: str, adapter: str | None, env_id: str, s: Settings, target_specs: list[Any]
+) -> tuple[list[bool], list[float]]:
+    """(successes at the deepest start on the env's held-out tasks, per-task target test rewards).
+
+    Kept in ``<out>/evals/<label>.json`` with everything that decides it; a rerun in the same ``--out`` with the
+    same inputs reuses it (the base's alone took 19 min here at 16 episodes at once); any difference plays it again."""
+    from trace_train.policy_factory import make_policy
+
+    inputs, env_specs = evaluation_inputs(policy_dir, adapter, env_id, s, target_specs)
+    path = s.out / "evals" / f"{label}.json"
+    if path.is_file():
+        kept = json.loads(path.read_text())
+        if kept.get("inputs") == inputs:
+            print(f"{label}: evaluation reused from {path}")
+            return kept["env_success"], kept["target_rewards"]
+    started = time.time()
+    policy = make_policy(policy_dir, adapter=adapter, dtype=s.dtype)
+    env_success = [r["reward"] >= 1.0 for r in episodes(policy, env_id, env_specs, s)]
+    target_rewards = [float(r["reward"]) for r in episodes(policy, s.target, target_specs, s)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "inputs": inputs,
+        "env_success": env_success,
+        "target_rewards": target_rewards,
+        "wall_s": round(time.time() - started, 1),
+        "cpu": cpu_name(),
+    }
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return env_success, target_rewards
 
 
 def fit_sft(env_id: str, s: Settings) -> dict[str, Any]:
@@ -313,6 +358,12 @@ def main(argv: list[str] | None = None) -> None:
         default=1024,
         help="tokens per forward/backward in the SFT fit and GRPO (memory only: the gradients add up the same)",
     )
+    p.add_argument(
+        "--eval-batch-size",
+        type=int,
+        default=24,
+        help="episodes at once in every evaluation (24 plays the default 24 target tasks in one batch)",
+    )
     p.add_argument("--dtype", default="auto")
     p.add_argument("--out", default="benchmarks/results/grpo_arms")
     ns = p.parse_args(argv)
@@ -326,12 +377,12 @@ def main(argv: list[str] | None = None) -> None:
     specs = target_test_specs(s.target, s.capability, s.target_eval, s.target_difficulty)
     print(f"{cpu_name()}; env {env_id}; budget {s.budget} rollouts per arm; {len(specs)} target test tasks")
     started = time.time()
-    base_env, base_target = evaluate(s.policy, None, env_id, s, specs)
+    base_env, base_target = evaluate("base", s.policy, None, env_id, s, specs)
     sft, init_adapter = None, None
     if s.sft_episodes:
         summary = fit_sft(env_id, s)
         init_adapter = summary["adapter"]
-        sft_env, sft_target = evaluate(s.policy, init_adapter, env_id, s, specs)
+        sft_env, sft_target = evaluate("sft", s.policy, init_adapter, env_id, s, specs)
         sft = {**summary, "env_success": sft_env, "target_rewards": sft_target}
         print(
             f"sft: {s.sft_episodes} episodes, loss {summary.get('first_loss')} -> {summary.get('final_loss')}"
@@ -339,7 +390,7 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     for name in s.arms:
         r = train_arm(name, env_id, s, init_adapter)
-        r["env_success"], r["target_rewards"] = evaluate(s.policy, r["adapter"], env_id, s, specs)
+        r["env_success"], r["target_rewards"] = evaluate(name, s.policy, r["adapter"], env_id, s, specs)
         results.append(r)
         print(
             f"{name}: {r['rollouts']} rollouts, {r['train_wall_s']} s, informative {r['informative']}",

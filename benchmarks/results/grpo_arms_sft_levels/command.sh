@@ -14,5 +14,6 @@ else
     --arms fixed --sft-episodes 24 --sft-levels 1 2 3 4 --out /work/runs/arms40-levels
 fi
 # Session 39 stopped the levels run after its fit (the base evaluation and the arm would not have finished in the
-# session) and evaluated the fit with:
+# session) and evaluated the fit with the script below (grpo_arms' own evaluation, kept in <out>/evals/sft.json,
+# which a rerun of this command reuses):
 #   python benchmarks/results/grpo_arms_sft_levels/evaluate_fit.py /work/runs/arms40-levels /work/runs/demo40/01-base/sft-0/merged
