@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from trace_train.pipeline import gain
 from trace_train.pipeline.report import (
     Section,
     bar_plot,
@@ -335,6 +336,79 @@ def evaluation_section(ctx: StageContext) -> Section:
     return s
 
 
+def _pass_cell(link: gain.Link | None) -> str:
+    return f"{link.passed}/{link.reached} (base {link.base_passed}/{link.base_reached})" if link else "-"
+
+
+def gain_section(ctx: StageContext) -> Section:
+    """Where the gain stops, per trained capability (``trace_train.pipeline.gain``), from the test episodes."""
+    from trace_gym.records import read_records
+
+    s = Section("Where the gain stops")
+    ev, directory = ctx.upstream["evaluation"], ctx.upstream_dirs["evaluation"]
+    adapters = ctx.upstream["adapters"]["adapters"]
+    files = {r["method"]: directory / r["trajectories"] for r in ev["rows"] if r.get("trajectories")}
+    if "base" not in files or not adapters:
+        s.paragraphs.append(
+            "Not measured: " + ("no adapter was trained." if not adapters else "no base episodes.")
+        )
+        return s
+    episodes = {method: read_records(path) for method, path in files.items()}
+    composed_method = next((m for m in ("moe", "router") if m in episodes), None)
+    composed = episodes.get(composed_method) if composed_method else None
+    chains = [
+        gain.chain(cap, episodes["base"], episodes.get(f"adapter:{cap}"), composed, _reward_curve(info))
+        for cap, info in adapters.items()
+    ]
+    s.paragraphs.append(
+        "TRACE gains only if every link holds: the capability causes some of the base's failures (step 1), its "
+        "adapter learns it (step 3), that carries over to the target (transfer), the composition uses it (step 4), "
+        "and passing the decision turns into solved tasks. Each link on this run's test episodes, against the base "
+        "on the same tasks; passed/reached: episodes where the capability was present at its decision, of those "
+        "that reached it. A method counts as better at a capability when it passes more of the tasks where both it "
+        "and the base reached the decision (not fewer first failures there: breaking an earlier step also gives "
+        f"fewer). The composition: {composed_method or 'not evaluated'}."
+    )
+    rows = [
+        [
+            c.capability,
+            f"{c.caused}/{c.base_failures}",
+            ", ".join("-" if r is None else f"{r:.2f}" for r in c.training_rewards) or "-",
+            _pass_cell(c.alone),
+            _pass_cell(c.composed),
+            f"{c.composed.first_failures} (base {c.composed.base_first_failures})" if c.composed else "-",
+            f"{c.composed.successes}/{c.composed.tasks} (base {c.composed.base_successes})"
+            if c.composed
+            else "-",
+            gain.VERDICTS[c.verdict],
+        ]
+        for c in chains
+    ]
+    header = [
+        "capability",
+        "base failures first failing here",
+        "adapter's training reward per step",
+        "adapter alone: passed/reached",
+        "composition: passed/reached",
+        "composition: first failures here",
+        "composition: solved",
+        "the gain stops at",
+    ]
+    s.tables.append((header, rows))
+    for c in chains:
+        s.after.append(f"**{c.capability}** stops at {gain.VERDICTS[c.verdict]}: {c.why}.")
+    verdicts = {c.verdict for c in chains}
+    if len(verdicts) == 1:
+        s.after.append(f"For every trained capability the gain stops at {gain.VERDICTS[verdicts.pop()]}.")
+    causes = gain.failure_causes(episodes["base"])
+    s.after.append(
+        "The base's failed test tasks by first cause: "
+        + (", ".join(f"{cause} {n}" for cause, n in causes.most_common()) or "none")
+        + "."
+    )
+    return s
+
+
 SIGNIFICANCE = 0.05  # the answer calls a difference only where the exact McNemar test says so at this level
 
 
@@ -434,6 +508,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     sections = [  # the answer and the table that backs it first, then how the run got there
         answer_section(ctx),
         evaluation_section(ctx),
+        gain_section(ctx),
         base_section(ctx),
         analysis_section(ctx),
         synthesis_section(ctx),
