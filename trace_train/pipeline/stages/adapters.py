@@ -60,12 +60,14 @@ def train_adapter(
     steps: int,
     rollout_budget: int | None = None,
     sft_episodes: int | None = None,
+    sft_levels: list[int] | None = None,
 ) -> dict[str, Any]:
     """Train (or finish) one adapter in ``out``; returns its summary, also written to ``out/summary.json``.
 
     With ``rollout_budget``, training spends at most that many rollouts (dynamic sampling's refills included;
     the last step takes only the groups that fit): the fair baseline gets the same rollouts, not the same steps,
-    and never more than the adapters had.
+    and never more than the adapters had. ``sft_levels`` overrides ``[adapters.sft] levels`` (the start depths
+    of a capability env's oracle fit; a target has none, so the fit on the target passes ``[]``).
     """
     from trace_train.config import GRPOArgs
     from trace_train.grpo.trainer import GRPOTrainer
@@ -80,7 +82,12 @@ def train_adapter(
     if a.target_share > 0:  # mixed-in groups draw the target's train tasks 0, 1, ... the same way
         train_seeds("adapters", ctx.config.target.env_id, 0, steps * a.groups_per_step * (1 + refills))
     sft_episodes = a.sft.episodes if sft_episodes is None else sft_episodes
-    sft = _sft_warmup(ctx, label, env_id, out / "sft", difficulty, sft_episodes) if sft_episodes else None
+    levels = a.sft.levels if sft_levels is None else sft_levels
+    sft = (
+        _sft_warmup(ctx, label, env_id, out / "sft", difficulty, sft_episodes, levels)
+        if sft_episodes
+        else None
+    )
     args = grpo_args(ctx, env_id, out, difficulty, steps, init_adapter=sft["adapter"] if sft else None)
     if rollout_budget is not None:
         args.rollout_budget = rollout_budget
@@ -121,7 +128,13 @@ def train_adapter(
 
 
 def _sft_warmup(
-    ctx: StageContext, label: str, env_id: str, out: Path, difficulty: int | None, episodes: int
+    ctx: StageContext,
+    label: str,
+    env_id: str,
+    out: Path,
+    difficulty: int | None,
+    episodes: int,
+    levels: list[int],
 ) -> dict[str, Any]:
     """Fit a fresh adapter to ``episodes`` oracle episodes of ``env_id`` (train split); reused when done."""
     from trace_train.config import EngineArgs, SFTArgs, SFTSettings, settings_of
@@ -141,7 +154,8 @@ def _sft_warmup(
                     **settings_of(fit, SFTSettings),
                     "episodes": episodes,
                     # levels, when set, say where each oracle episode starts instead of calibration's choice
-                    "difficulty": None if fit.levels else difficulty,
+                    "levels": levels,
+                    "difficulty": None if levels else difficulty,
                 },
                 **settings_of(cfg.base, EngineArgs),
                 env_id=env_id,
@@ -159,7 +173,7 @@ def _sft_warmup(
         "adapter": summary["adapter"],
         "episodes": episodes,
         "epochs": fit.epochs,
-        "levels": fit.levels or [difficulty],
+        "levels": levels or [difficulty],
         "task_indices": [fit.seed_offset, fit.seed_offset + episodes - 1],
         "seeds": [seeds[0], seeds[-1]],
         "first_loss": summary.get("first_loss"),

@@ -153,6 +153,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
                 steps,
                 rollout_budget=budget,
                 sft_episodes=a.sft.episodes * n_adapters,
+                sft_levels=[],  # [adapters.sft] levels are capability envs' start depths; the target has none
             )
             policy = make_base_policy(cfg, model, info["adapter"])
             row, trajs = _evaluate(ctx, "direct_grpo", policy, "direct_grpo-eval")
