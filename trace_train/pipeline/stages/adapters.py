@@ -18,7 +18,7 @@ from typing import Any
 
 from trace_gym.seeds import train_seeds
 from trace_train.pipeline.runner import StageContext
-from trace_train.pipeline.stages.common import read_metrics, set_threads
+from trace_train.pipeline.stages.common import read_metrics, set_threads, use_run_envs
 
 
 def grpo_args(
@@ -185,6 +185,7 @@ def _sft_warmup(
 def run(ctx: StageContext) -> dict[str, Any]:
     set_threads(ctx.config.threads)
     envs = ctx.upstream["calibration"]["envs"]
+    use_run_envs(ctx.config, [env["env_id"] for env in envs])
     adapters = {}
     for i, env in enumerate(envs):
         cap = env["capability"]

@@ -10,7 +10,7 @@ from typing import Any
 
 from trace_gym.seeds import train_seeds
 from trace_train.pipeline.runner import StageContext
-from trace_train.pipeline.stages.common import set_threads, write_json
+from trace_train.pipeline.stages.common import set_threads, use_run_envs, write_json
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
@@ -22,6 +22,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         out = [{"capability": e["capability"], "env_id": e["env_id"], "difficulty": None} for e in envs]
         return {"envs": out, "measured": False, "summary": "calibration disabled: default difficulties"}
     set_threads(cfg.threads)
+    use_run_envs(cfg, [e["env_id"] for e in envs])
     for e in envs:
         train_seeds("calibration", e["env_id"], 0, c.seeds)
     from trace_train.calibrate import calibrate

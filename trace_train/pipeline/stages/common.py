@@ -13,6 +13,35 @@ from typing import Any
 TINY_MODEL = "tiny-random"
 
 
+def target_kwargs(cfg: Any) -> dict[str, Any]:
+    """The target's make kwargs in this run: its difficulty, where the config sets one."""
+    return {} if cfg.target.difficulty is None else {"difficulty": cfg.target.difficulty}
+
+
+def use_run_envs(cfg: Any, env_ids: Iterable[str]) -> None:
+    """Make each capability env derived from the target this run's: the target at this run's difficulty.
+
+    A generated package registers its id when trace_gym is imported, with the target kwargs of the files on disk
+    at that moment: the package as committed (the target's default difficulty) in a fresh checkout, or before
+    this run's synthesis rewrote it. Without this, a run on retail-v2 at difficulty 1 calibrated and trained its
+    capability envs on difficulty-2 tasks. Envs not derived from a target (no ``target_kwargs``) are left as
+    they are; an id that is not registered is an error that names it."""
+    import dataclasses
+
+    import gymnasium as gym
+
+    import trace_gym  # noqa: F401 - registers the built-ins and the generated packages
+
+    wanted = target_kwargs(cfg)
+    for env_id in env_ids:
+        spec = gym.registry.get(env_id)
+        if spec is None:
+            raise RuntimeError(f"{env_id} is not registered: is its synthesis package importable?")
+        kwargs = dict(spec.kwargs or {})
+        if "target_kwargs" in kwargs and dict(kwargs["target_kwargs"] or {}) != wanted:
+            gym.registry[env_id] = dataclasses.replace(spec, kwargs={**kwargs, "target_kwargs": wanted})
+
+
 def set_threads(n: int) -> None:
     import torch
 

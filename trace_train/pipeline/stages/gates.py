@@ -13,7 +13,7 @@ from typing import Any
 
 from trace_gym.seeds import train_seeds
 from trace_train.pipeline.runner import StageContext
-from trace_train.pipeline.stages.common import set_threads
+from trace_train.pipeline.stages.common import set_threads, use_run_envs
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
@@ -24,6 +24,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     if not adapters:
         return {"artefact": None, "summary": "no adapter to compose"}
     set_threads(cfg.threads)
+    use_run_envs(cfg, [info["env_id"] for info in adapters.values()])
     for info in adapters.values():  # gate data: train tasks 0 .. episodes + base episodes - 1 of each env
         train_seeds("gates", info["env_id"], 0, g.episodes_per_env + g.base_episodes_per_env)
         if g.oracle_episodes:

@@ -20,7 +20,8 @@ from typing import Any
 from trace_gym.seeds import refuse_test_records
 from trace_train.pipeline.runner import StageContext
 from trace_train.pipeline.stages.analysis import CHOSEN
-from trace_train.pipeline.stages.common import write_json
+from trace_train.pipeline.stages.common import target_kwargs as run_target_kwargs
+from trace_train.pipeline.stages.common import use_run_envs, write_json
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
@@ -44,7 +45,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     records, _target = load_capabilities(path)  # validated against step 1's schema
     package = package_dir(cfg.synthesis.package)
     # the capability envs are the target as this run uses it: the same difficulty (the target's own make kwarg)
-    target_kwargs = {} if cfg.target.difficulty is None else {"difficulty": cfg.target.difficulty}
+    target_kwargs = run_target_kwargs(cfg)
     outcomes = synthesize(
         records,
         cfg.target.env_id,
@@ -60,6 +61,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             ctx.log(f"{o.env_id}: rejected: {o.reason}")
             continue
         register(cfg.synthesis.package, o.package, o.env_id)
+        use_run_envs(cfg, [o.env_id])  # registered at import from the files before this run rewrote them
         card = (o.path / "CARD.md").read_text(encoding="utf-8") if o.path else ""
         envs.append(
             {
