@@ -102,7 +102,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     add(row, trajs, 0, base_wall)
     del base_policy
 
-    if "adapters" in methods:
+    def adapters_alone() -> None:
         for cap, info in adapters.items():
             policy = make_base_policy(cfg, model, info["adapter"])
             row, trajs = _evaluate(
@@ -114,54 +114,67 @@ def run(ctx: StageContext) -> dict[str, Any]:
     gate_rollouts = int(gates.get("data_rollouts", 0) or 0)
     all_rollouts = ctx.upstream["adapters"]["rollouts_total"] + gate_rollouts
     all_wall = sum(a["wall_s"] for a in adapters.values()) + float(gates.get("wall_s", 0.0) or 0.0)
-    for method in ("router", "moe"):
-        if method not in methods:
-            continue
+
+    def composed(method: str) -> None:
         if not adapters:
             not_run[method] = "no adapter was trained"
-            continue
+            return
         policy, why = _composed_policy(method, model, adapters, gates, cfg)
         if policy is None:
             not_run[method] = why
             ctx.log(f"{method}: not evaluated: {why}")
-            continue
+            return
         row, trajs = _evaluate(ctx, method, policy, method)
         add(row, trajs, all_rollouts, all_wall)
         if method == "moe" and getattr(policy, "choices", None):
             _routing_picture(ctx, policy)
         del policy
 
-    if "direct_grpo" in methods:
+    def direct_grpo() -> None:
         budget = ctx.upstream["adapters"]["rollouts_total"]
         if budget == 0:
             not_run["direct_grpo"] = "no adapter was trained, so there is no budget to match"
-        else:
-            from trace_train.pipeline.stages.adapters import train_adapter
+            return
+        from trace_train.pipeline.stages.adapters import train_adapter
 
-            a = cfg.adapters
-            # at most this many steps; training spends at most the budget (the last step takes the groups that fit)
-            steps = max(1, math.ceil(budget / (a.groups_per_step * a.group_size)))
-            ctx.log(f"direct_grpo: GRPO on {cfg.target.env_id} until {budget} rollouts (the adapters' total)")
-            # and, when the adapters were first fitted to oracle episodes, as many of the target's in all
-            n_adapters = len(ctx.upstream["adapters"]["adapters"])
-            info = train_adapter(
-                ctx,
-                "direct GRPO on the target",
-                cfg.target.env_id,
-                ctx.dir / "direct_grpo",
-                cfg.target.difficulty,
-                steps,
-                rollout_budget=budget,
-                sft_episodes=a.sft.episodes * n_adapters,
-                sft_levels=[],  # [adapters.sft] levels are capability envs' start depths; the target has none
-            )
-            policy = make_base_policy(cfg, model, info["adapter"])
-            row, trajs = _evaluate(ctx, "direct_grpo", policy, "direct_grpo-eval")
-            add(row, trajs, info["rollouts"], info["wall_s"])
-    else:
+        a = cfg.adapters
+        # at most this many steps; training spends at most the budget (the last step takes the groups that fit)
+        steps = max(1, math.ceil(budget / (a.groups_per_step * a.group_size)))
+        ctx.log(f"direct_grpo: GRPO on {cfg.target.env_id} until {budget} rollouts (the adapters' total)")
+        # and, when the adapters were first fitted to oracle episodes, as many of the target's in all
+        n_adapters = len(ctx.upstream["adapters"]["adapters"])
+        info = train_adapter(
+            ctx,
+            "direct GRPO on the target",
+            cfg.target.env_id,
+            ctx.dir / "direct_grpo",
+            cfg.target.difficulty,
+            steps,
+            rollout_budget=budget,
+            sft_episodes=a.sft.episodes * n_adapters,
+            sft_levels=[],  # [adapters.sft] levels are capability envs' start depths; the target has none
+        )
+        policy = make_base_policy(cfg, model, info["adapter"])
+        row, trajs = _evaluate(ctx, "direct_grpo", policy, "direct_grpo-eval")
+        add(row, trajs, info["rollouts"], info["wall_s"])
+
+    # the rows the answer needs first (MoE and direct GRPO), then the router and each adapter alone: a run stopped
+    # late keeps what matters most (each finished row is in methods.jsonl, and a resumed run skips it)
+    run_method = {
+        "moe": lambda: composed("moe"),
+        "direct_grpo": direct_grpo,
+        "router": lambda: composed("router"),
+        "adapters": adapters_alone,
+    }
+    for method in run_method:
+        if method in methods:
+            run_method[method]()
+    if "direct_grpo" not in methods:
         not_run["direct_grpo"] = (
             "left out by the config (evaluation.methods); the fair baseline was not measured"
         )
+    display = ["base", *(f"adapter:{cap}" for cap in adapters), "router", "moe", "direct_grpo"]
+    rows.sort(key=lambda r: display.index(r["method"]))
 
     from trace_gym.records import milestone_pass
 
