@@ -24,7 +24,11 @@ Figures (each side runs in its own subprocess, one after the other, so each repo
    episode's slot starts the next at once): wall time and the share of identical trajectories;
 9. finished rows leaving the decode steps: the streamed run of figure 8 with every row kept to the end of each
    turn vs rows dropped as they finish (``CachedEngine.min_idle_fraction``): decode seconds, wall time, share
-   of identical trajectories.
+   of identical trajectories;
+10. concurrency: the same retail test episodes streamed with each of ``concurrency_batches`` conversations at once
+   (the demo's ``evaluation.batch_size`` is 40): wall and CPU seconds per episode, peak RSS, and the share of
+   trajectories identical to the first batch size's (greedy; bf16 kernels may round differently at another
+   batch). Pass the agent being evaluated (``--model runs/demo/01-base/sft-0/merged``): episode lengths decide it.
 
 Reduced sizes are written into the results (``sizes``), so ratios are never read without them. Every side
 reports wall seconds and CPU seconds of its process: on a machine shared with other jobs the CPU-time ratio
@@ -73,6 +77,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         trl_group=8,
         trl_tokens=64,
         trl_micro=[8, 32],
+        # the demo's evaluation: 128 retail-v2 test tasks at difficulty 1, 12 turns x 192 tokens
+        concurrency_episodes=128,
+        concurrency_batches=[40, 128],
+        concurrency_difficulty=1,
+        concurrency_turns=12,
+        concurrency_tokens=192,
     ),
     "smoke": dict(
         ab_sft_episodes=2,
@@ -99,6 +109,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         trl_group=2,
         trl_tokens=4,
         trl_micro=[4],
+        concurrency_episodes=4,
+        concurrency_batches=[2, 4],
+        concurrency_difficulty=1,
+        concurrency_turns=2,
+        concurrency_tokens=8,
     ),
     "reduced": dict(  # what 2 cores shared with 7 other jobs allowed (the committed results)
         ab_sft_episodes=8,
@@ -125,6 +140,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         trl_group=8,
         trl_tokens=64,
         trl_micro=[32],
+        concurrency_episodes=32,
+        concurrency_batches=[8, 32],
+        concurrency_difficulty=1,
+        concurrency_turns=12,
+        concurrency_tokens=192,
     ),
 }
 
@@ -494,6 +514,7 @@ def side_batching(
     model: str,
     dtype: str,
     min_idle: float = 0.25,
+    difficulty: int = 2,
 ) -> dict[str, Any]:
     """Retail test episodes on the cached engine (greedy): one batch after another (``chunked``, what
     ``trace evaluate`` did) or continuously batched (``stream``: a finished episode's slot starts the next).
@@ -510,7 +531,7 @@ def side_batching(
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=tokens)
     envs = [make_env("trace/retail-v2") for _ in range(batch)]
     specs = [
-        ResetSpec(seed=reset_seed("test", i, envs[0]), group=i, split="test", difficulty=2)
+        ResetSpec(seed=reset_seed("test", i, envs[0]), group=i, split="test", difficulty=difficulty)
         for i in range(episodes)
     ]
     t0, c0 = time.perf_counter(), time.process_time()
@@ -592,7 +613,7 @@ def main() -> None:
     p.add_argument("--preset", choices=sorted(PRESETS), default="issue")
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--tiny", action="store_true", help="a tiny random model (smoke test of the script)")
-    p.add_argument("--figures", default="1,2,3,4,5,6,7,8,9", help="comma-separated figure numbers to run")
+    p.add_argument("--figures", default="1,2,3,4,5,6,7,8,9,10", help="comma-separated figure numbers to run")
     p.add_argument("--skip-trl", action="store_true")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per side")
     p.add_argument("--threads", type=int, default=2)
@@ -741,6 +762,34 @@ def main() -> None:
             "decode_speedup": decode[0] / decode[1] if all(decode) else None,
             "identical_trajectories": same,
         }
+    if 10 in figures:
+        print(f"10. conversations at once (streamed, cached engine, {dtype})", flush=True)
+        kw = dict(
+            episodes=z["concurrency_episodes"],
+            turns=z["concurrency_turns"],
+            tokens=z["concurrency_tokens"],
+            difficulty=z["concurrency_difficulty"],
+            mode="stream",
+            model=a.model,
+            dtype=dtype,
+        )
+        runs = [run_side("batching", t, batch=b, **kw) for b in z["concurrency_batches"]]
+        first = runs[0]
+        for r in runs:
+            if "seconds" in r:
+                r["seconds_per_episode"] = r["seconds"] / r["episodes"]
+                r["cpu_seconds_per_episode"] = r["cpu_seconds"] / r["episodes"]
+        speedups = [_ratio(first, r, "seconds") for r in runs]
+        ref = first.get("token_ids_digest")
+        identical = [
+            None
+            if ref is None or "token_ids_digest" not in r
+            else sum(x == y for x, y in zip(ref, r["token_ids_digest"], strict=True)) / len(ref)
+            for r in runs
+        ]
+        for r in runs:
+            r.pop("token_ids_digest", None)
+        report["concurrency"] = {"runs": runs, "speedup_vs_first": speedups, "identical_to_first": identical}
     if 5 in figures:
         print("5. roofline", flush=True)
         mm = run_side("matmul", 600)
