@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trace_gym.records import milestone_pass
+
 Record = dict[str, Any]
 
 # the links in pipeline order; a verdict is the first that does not hold
@@ -81,21 +83,24 @@ class Link:
             return (r.get("first_failure") or {}).get("capability") == capability
 
         both = [(b, m) for b, m in pairs if reached(b) and reached(m)]
-
+        base_passed, base_reached = milestone_pass((b for b, _ in pairs), capability)
+        passed, reached_n = milestone_pass((m for _, m in pairs), capability)
+        both_base_passed, both_reached = milestone_pass((b for b, _ in both), capability)
+        both_passed, _ = milestone_pass((m for _, m in both), capability)
         return Link(
             tasks=len(pairs),
-            base_reached=sum(reached(b) for b, _ in pairs),
-            base_passed=sum(_label(b, capability) == "PRESENT" for b, _ in pairs),
-            reached=sum(reached(m) for _, m in pairs),
-            passed=sum(_label(m, capability) == "PRESENT" for _, m in pairs),
+            base_reached=base_reached,
+            base_passed=base_passed,
+            reached=reached_n,
+            passed=passed,
             base_first_failures=sum(first_at(b) for b, _ in pairs),
             first_failures=sum(first_at(m) for _, m in pairs),
             base_successes=sum(bool(b.get("success")) for b, _ in pairs),
             successes=sum(bool(m.get("success")) for _, m in pairs),
             broke_earlier=sum(reached(b) and not reached(m) for b, m in pairs),
-            both_reached=len(both),
-            both_base_passed=sum(_label(b, capability) == "PRESENT" for b, _ in both),
-            both_passed=sum(_label(m, capability) == "PRESENT" for _, m in both),
+            both_reached=both_reached,
+            both_base_passed=both_base_passed,
+            both_passed=both_passed,
         )
 
     def better_at_capability(self) -> bool:
