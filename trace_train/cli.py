@@ -7,7 +7,7 @@ trace analyze                            step 1 (trace_gym.analysis.commands, do
 trace synthesize | isolation             step 2 (trace_gym.synthesis.commands, docs/synthesis.md)
 trace calibrate                          step 2, with the training agent (trace_train.calibrate)
 trace train | sft | evaluate             step 3 and evaluation (trace_train.commands, docs/training.md)
-trace compose | compare                  step 4 (trace_train.compose.commands, docs/composition.md)
+trace compose | compare | explain        step 4 (trace_train.compose.commands, docs/composition.md)
 trace run | demo                         the whole loop (trace_train.pipeline.commands, docs/pipeline.md)
 trace env-serve | serve | export         interoperability (docs/interop.md)
 """

@@ -1,4 +1,4 @@
-"""CLI subcommands ``trace compose`` (train the gates, write the artefact) and ``trace compare``.
+"""CLI subcommands ``trace compose`` (train the gates, write the artefact), ``trace compare`` and ``trace explain``.
 
 Flags come from the dataclasses (``ComposeArgs``, ``CompareArgs``): ``--balance-weight 0.02`` is
 ``ComposeArgs.balance_weight = 0.02``. Registered by ``trace_train.cli``.
@@ -51,6 +51,37 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_explain(ns: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from trace_train.compose import explain
+    from trace_train.compose.artefact import load_composition
+    from trace_train.compose.baselines import MoEPolicy
+    from trace_train.compose.model import CompositionError
+
+    try:
+        record = explain.read_episode(ns.episodes, ns.seed)
+        turn = ns.turn
+        if ns.against:
+            other = explain.read_episode(ns.against, ns.seed)
+            turn = explain.first_divergence(record, other)
+            if turn is None:
+                print(f"the two episodes of seed {ns.seed} have the same assistant turns: nothing to explain")
+                return 0
+        comp, tokenizer, _ = load_composition(ns.composition, dtype=ns.dtype)
+        comp.model.eval()
+        policy = MoEPolicy(comp, tokenizer).configure(tool_format=ns.tool_format)
+        result = explain.explain_turn(comp, policy, record, turn)
+    except (CompositionError, FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(explain.to_markdown(result) if ns.full else explain.summary(result))
+    if ns.json_out:
+        Path(ns.json_out).write_text(json.dumps(explain.to_json(result), indent=1) + "\n", encoding="utf-8")
+        print(f"written to {ns.json_out}")
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     from trace_train.compose.config import CompareArgs, ComposeArgs
     from trace_train.config import add_dataclass_flags
@@ -81,3 +112,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_dataclass_flags(cmp, CompareArgs, skip={"target", "composition", "models"})
     cmp.set_defaults(func=cmd_compare)
+
+    exp = subparsers.add_parser(
+        "explain",
+        help="which slot each layer's gate chose for every token of one recorded turn, and what each slot "
+        "alone would have written there",
+    )
+    exp.add_argument(
+        "composition", help="artefact directory written by `trace compose` (or a run's 07-gates)"
+    )
+    exp.add_argument("episodes", help="JSONL episode records (e.g. a run's 08-evaluation/base.jsonl)")
+    exp.add_argument("--seed", type=int, required=True, help="the task's seed in the episode file")
+    exp.add_argument("--turn", type=int, default=0, help="assistant turn to replay (0 = the first)")
+    exp.add_argument(
+        "--against",
+        default=None,
+        help="a second episode file: replay the first assistant turn where its episode of --seed differs",
+    )
+    exp.add_argument("--dtype", default=None, help="model dtype (default: the artefact's)")
+    exp.add_argument(
+        "--tool-format", default="json", choices=["json", "compact"], help="as the episodes were played"
+    )
+    exp.add_argument("--full", action="store_true", help="print the per-token table, not only the summary")
+    exp.add_argument("--json-out", default=None, help="write every token's figures to this JSON file")
+    exp.set_defaults(func=cmd_explain)
