@@ -165,3 +165,80 @@ def test_micro_batches_give_the_whole_batch_gradient(composition):
     assert grads[0] and all(float(g.abs().max()) > 1e-6 for g in grads[0])  # non-zero gate gradients
     for a, b in zip(*grads, strict=True):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+
+
+def _example(slot: int, n: int = 40, labelled=range(6, 30)) -> "GateExample":  # noqa: F821
+    from trace_train.compose.data import GateExample
+
+    gen = torch.Generator().manual_seed(slot)
+    ids = torch.randint(5, 200, (n,), generator=gen).tolist()
+    labels = [slot if j in labelled else IGNORE for j in range(n)]
+    mask = [1 if j - 1 in labelled else 0 for j in range(n)]
+    return GateExample(ids, labels, mask, slot, "traintest/lookup-v0", 1.0)
+
+
+def test_advantage_labels_keep_only_tokens_the_adapter_predicts_better(composition):
+    """Each kept label is a token the adapter gives more log-probability than the base by the margin, computed
+    here by separate forward passes on the token's own prefix (an off-by-one position or a swapped sign fails);
+    every other labelled token becomes a base label, unlabelled positions and the LM mask stay."""
+    from trace_train.compose.data import advantage_labels
+
+    example = _example(slot=2)
+    margin = 0.05
+    relabelled, kept = advantage_labels(composition, example, margin)
+    expected = []
+    for j, label in enumerate(example.gate_labels):
+        if label == IGNORE:
+            expected.append(IGNORE)
+            continue
+        prefix = torch.tensor([example.input_ids[: j + 1]])
+        logp = {}
+        for slot in (0, 2):
+            with torch.no_grad(), composition.forced(slot):
+                logp[slot] = composition.model(prefix).logits[0, -1].float().log_softmax(-1)
+        token = example.input_ids[j + 1]
+        expected.append(2 if float(logp[2][token] - logp[0][token]) > margin else 0)
+    assert relabelled.gate_labels == expected
+    assert 0 < kept < 24 and kept == expected.count(2), "a random adapter should win some tokens and lose some"
+    assert relabelled.lm_mask == example.lm_mask and relabelled.input_ids == example.input_ids
+    assert example.gate_labels.count(2) == 24  # the input is not changed in place
+
+
+def test_an_adapter_that_adds_nothing_keeps_no_label(compose_base, tmp_path):
+    """An adapter equal to the base (PEFT's zero-initialised B) predicts no token better: with advantage labels
+    its slot is labelled nowhere, as an oracle episode it cannot write should not label it."""
+    from peft import LoraConfig, get_peft_model
+
+    from tests.compose.helpers import TARGETS
+    from trace_train.compose.artefact import AdapterSpec, build_composition
+    from trace_train.compose.data import advantage_labels
+    from trace_train.models import load_model
+
+    model, _ = load_model(compose_base)
+    get_peft_model(model, LoraConfig(r=4, target_modules=TARGETS)).save_pretrained(tmp_path / "zero")
+    base, _ = load_model(compose_base)
+    comp = build_composition(base, [AdapterSpec("zero", str(tmp_path / "zero"))])
+    relabelled, kept = advantage_labels(comp, _example(slot=1), margin=0.0)
+    assert kept == 0 and set(relabelled.gate_labels) == {IGNORE, 0}
+    base_example = _example(slot=0)
+    assert advantage_labels(comp, base_example, 0.0) == (base_example, 0)
+
+
+def test_advantage_labels_in_the_collection_report(composition):
+    from trace_train.compose.config import ComposeArgs
+    from trace_train.compose.data import collect_gate_data
+
+    envs = ["traintest/lookup-v0"] * 3
+    common = dict(adapters=["a"] * 3, envs=envs, episodes_per_env=1, base_episodes_per_env=0, min_reward=2.0)
+    common |= dict(max_new_tokens=4, max_turns=2, rollout_batch_size=1, oracle_episodes=2)
+    examples, report = collect_gate_data(
+        composition, composition.tokenizer, envs, ComposeArgs(**common, labels="advantage", advantage_margin=0.0)
+    )
+    for k, name in enumerate(["cap0 (oracle)", "cap1 (oracle)", "cap2 (oracle)"], start=1):
+        own = [e for e in examples if e.slot == k]
+        labels = [x for e in own for x in e.gate_labels if x != IGNORE]
+        assert report.per_slot[name]["advantage_share"] == labels.count(k) / len(labels)
+    import pytest
+
+    with pytest.raises(ValueError, match="--labels must be one of slot, advantage"):
+        ComposeArgs(**common, labels="oracle")

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from trace_train.config import EvalSettings, knob
 
+LABELINGS = ("slot", "advantage")  # how gate labels are put on an adapter's tokens (compose/data.py)
+
 
 @dataclass(kw_only=True)
 class GateSettings:
@@ -34,6 +36,19 @@ class GateSettings:
     oracle_seed_offset: int = knob(
         500_000, "first train-split task index of those oracle episodes", minimum=0
     )
+    labels: str = knob(
+        "slot",
+        "which of an adapter's tokens carry its slot label: slot = every token its successful (or oracle) "
+        "episodes generated; advantage = only those the adapter predicts more surely than the base by "
+        "advantage_margin, the rest labelled base (route to an adapter only where it knows better)",
+        enum=list(LABELINGS),
+    )
+    advantage_margin: float = knob(
+        0.693,
+        "with labels = advantage: log-probability margin (nats) of the adapter over the base on the labelled "
+        "token (0.693: at least twice as likely)",
+        minimum=0,
+    )
     temperature: float = knob(1.0, "sampling temperature of the gate-data rollouts", minimum=0)
     max_new_tokens: int = knob(128, "tokens per turn of the gate-data rollouts", minimum=1)
     max_turns: int = knob(6, "turn cap of the gate-data rollouts", minimum=1)
@@ -60,6 +75,10 @@ class GateSettings:
             raise ValueError(f"--micro-batch-tokens must be >= 0, got {self.micro_batch_tokens}")
         if self.oracle_episodes < 0:
             raise ValueError(f"--oracle-episodes must be >= 0, got {self.oracle_episodes}")
+        if self.labels not in LABELINGS:
+            raise ValueError(f"--labels must be one of {', '.join(LABELINGS)}, got {self.labels!r}")
+        if self.advantage_margin < 0:
+            raise ValueError(f"--advantage-margin must be >= 0, got {self.advantage_margin}")
 
 
 @dataclass

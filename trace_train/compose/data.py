@@ -13,11 +13,17 @@ successful episodes only (a failing base reply is a routing example, not somethi
 An adapter with no successful rollout on its env (a small base that solves nothing there) leaves its slot
 without data; with ``oracle_episodes`` the env's oracle conversations stand in, labelled with that slot
 (``<name> (oracle)`` in the collection report).
+
+``labels = "advantage"`` keeps slot k's label only on the tokens adapter k predicts more surely than the base
+(log-probability margin ``advantage_margin``, both teacher-forced on the episode) and labels the rest base.
+With ``"slot"`` every generated token of the episode is labelled k, including the many the base writes just
+as well, and an oracle stand-in labels k tokens the adapter itself would not write. The demo's gates then
+routed a cancellation reason to an adapter that wrote the wrong one (docs/composition.md, ``trace explain``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -26,7 +32,7 @@ from trace_gym.registration import make_env
 from trace_gym.seeds import reset_seed
 from trace_train.compose.baselines import SlotPolicy
 from trace_train.compose.losses import IGNORE
-from trace_train.compose.model import Composition
+from trace_train.compose.model import BASE_SLOT, Composition
 from trace_train.policies.base import SamplingConfig
 from trace_train.rollout import ResetSpec, Trajectory, collect
 
@@ -72,6 +78,47 @@ class CollectionReport:
             "success_rate": sum(r >= 1.0 for r in rewards) / max(1, len(rewards)),
             "reward_mean": sum(rewards) / max(1, len(rewards)),
         }
+
+
+@torch.no_grad()
+def token_logprobs(composition: Composition, input_ids: list[int], slot: int) -> torch.Tensor:
+    """log p(token j+1 | tokens <= j) at every position j, with every token routed to ``slot``."""
+    ids = torch.tensor([input_ids], device=composition.model.device)
+    with composition.forced(slot):
+        logits = composition.model(ids).logits[0, :-1]
+    return logits.float().log_softmax(-1).gather(1, ids[0, 1:, None]).squeeze(1)
+
+
+def advantage_labels(
+    composition: Composition, example: GateExample, margin: float
+) -> tuple[GateExample, int]:
+    """``example`` with slot k's labels kept only where adapter k beats the base by ``margin`` nats on the
+    labelled token; the others become base labels. Returns the example and how many labels stayed k."""
+    k = example.slot
+    positions = [j for j, label in enumerate(example.gate_labels) if label == k]
+    if k == BASE_SLOT or not positions:
+        return example, 0
+    gain = token_logprobs(composition, example.input_ids, k) - token_logprobs(
+        composition, example.input_ids, BASE_SLOT
+    )
+    labels = list(example.gate_labels)
+    for j in positions:
+        if not gain[j] > margin:
+            labels[j] = BASE_SLOT
+    return replace(example, gate_labels=labels), sum(label == k for label in labels)
+
+
+def _relabel(
+    composition: Composition, examples: list[GateExample], margin: float
+) -> tuple[list[GateExample], float]:
+    """Advantage labels for each example; the share of slot labels that stayed on the adapter."""
+    before = sum(label == e.slot for e in examples for label in e.gate_labels)
+    out, kept = [], 0
+    for e in examples:
+        e, n = advantage_labels(composition, e, margin)
+        out.append(e)
+        kept += n
+    return out, kept / max(1, before)
 
 
 def _rollouts(
@@ -140,14 +187,20 @@ def collect_gate_data(
         policy = SlotPolicy(composition, tokenizer, k)
         trajs = _rollouts(policy, env_id, args.episodes_per_env, 0, sampling, args, level)
         good = [t for t in trajs if t.reward >= args.min_reward and t.generated_tokens]
-        examples += [label_trajectory(t, k, env_id, lm=True) for t in good]
+        own = [label_trajectory(t, k, env_id, lm=True) for t in good]
         report.add(composition.names[k - 1], trajs, len(good))
+        name = composition.names[k - 1]
         if not good and getattr(args, "oracle_episodes", 0):
             # nothing of the adapter's own to learn routing from: label the env's oracle episodes (what its
             # successful rollouts would look like) with the adapter's slot
             oracle = _oracle_episodes(policy, env_id, args.oracle_episodes, args.oracle_seed_offset, level)
-            examples += [label_trajectory(t, k, env_id, lm=True) for t in oracle]
-            report.add(f"{composition.names[k - 1]} (oracle)", oracle, len(oracle))
+            own = [label_trajectory(t, k, env_id, lm=True) for t in oracle]
+            name = f"{name} (oracle)"
+            report.add(name, oracle, len(oracle))
+        if own and getattr(args, "labels", "slot") == "advantage":
+            own, share = _relabel(composition, own, args.advantage_margin)
+            report.per_slot[name]["advantage_share"] = share  # of its tokens, those still labelled k
+        examples += own
         if args.base_episodes_per_env:
             base_policy = SlotPolicy(composition, tokenizer, 0)
             base = _rollouts(

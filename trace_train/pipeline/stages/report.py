@@ -209,6 +209,13 @@ def gates_section(ctx: StageContext) -> Section:
             f"No rollout of the {name.removesuffix(' (oracle)')} adapter succeeded on its env, so its gate labels "
             f"come from {info['kept']} oracle episodes of that env (gates.oracle_episodes), not from the adapter."
         )
+    for name, info in (g.get("data") or {}).items():
+        if info.get("advantage_share") is not None:
+            s.paragraphs.append(
+                f"Advantage labels ({name}): {info['advantage_share']:.0%} of its tokens kept the adapter's label "
+                "(the adapter predicts them more surely than the base by gates.advantage_margin); the rest are "
+                "labelled base."
+            )
     metrics = read_metrics(Path(g["artefact"]) / "metrics.jsonl")
     shares = {
         k: [m.get(k) for m in metrics]
