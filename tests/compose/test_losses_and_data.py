@@ -7,7 +7,7 @@ import math
 import torch
 
 from tests.compose.helpers import randomise_gates
-from trace_train.compose.data import label_trajectory
+from trace_train.compose.data import GateExample, label_trajectory
 from trace_train.compose.losses import IGNORE, balance_loss, label_loss, lm_loss_from_hidden
 from trace_train.rollout import ResetSpec, Trajectory
 
@@ -167,9 +167,7 @@ def test_micro_batches_give_the_whole_batch_gradient(composition):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
 
 
-def _example(slot: int, n: int = 40, labelled=range(6, 30)) -> "GateExample":  # noqa: F821
-    from trace_train.compose.data import GateExample
-
+def _example(slot: int, n: int = 40, labelled=range(6, 30)) -> GateExample:
     gen = torch.Generator().manual_seed(slot)
     ids = torch.randint(5, 200, (n,), generator=gen).tolist()
     labels = [slot if j in labelled else IGNORE for j in range(n)]
@@ -199,7 +197,9 @@ def test_advantage_labels_keep_only_tokens_the_adapter_predicts_better(compositi
         token = example.input_ids[j + 1]
         expected.append(2 if float(logp[2][token] - logp[0][token]) > margin else 0)
     assert relabelled.gate_labels == expected
-    assert 0 < kept < 24 and kept == expected.count(2), "a random adapter should win some tokens and lose some"
+    assert 0 < kept < 24 and kept == expected.count(2), (
+        "a random adapter should win some tokens and lose some"
+    )
     assert relabelled.lm_mask == example.lm_mask and relabelled.input_ids == example.input_ids
     assert example.gate_labels.count(2) == 24  # the input is not changed in place
 
@@ -232,7 +232,10 @@ def test_advantage_labels_in_the_collection_report(composition):
     common = dict(adapters=["a"] * 3, envs=envs, episodes_per_env=1, base_episodes_per_env=0, min_reward=2.0)
     common |= dict(max_new_tokens=4, max_turns=2, rollout_batch_size=1, oracle_episodes=2)
     examples, report = collect_gate_data(
-        composition, composition.tokenizer, envs, ComposeArgs(**common, labels="advantage", advantage_margin=0.0)
+        composition,
+        composition.tokenizer,
+        envs,
+        ComposeArgs(**common, labels="advantage", advantage_margin=0.0),
     )
     for k, name in enumerate(["cap0 (oracle)", "cap1 (oracle)", "cap2 (oracle)"], start=1):
         own = [e for e in examples if e.slot == k]
