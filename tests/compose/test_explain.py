@@ -16,7 +16,7 @@ def episode(seed: int, turns: list[str]) -> dict:
     messages = [{"role": "system", "content": "You are a shop assistant."}]
     for k, text in enumerate(turns):
         messages += [{"role": "user", "content": f"request {k}"}, {"role": "assistant", "content": text}]
-    return {"seed": seed, "messages": messages, "tools": []}
+    return {"seed": seed, "split": "test", "reward": 0.0, "success": False, "messages": messages, "tools": []}
 
 
 def test_first_divergence():
@@ -35,9 +35,12 @@ def test_read_episode_names_what_is_wrong(tmp_path):
     with pytest.raises(ValueError, match=r"no episode of seed 5 .*\[1, 2\]"):
         explain.read_episode(path, 5)
     path.write_text(json.dumps(episode(1, ["a"])) + "\n{not json\n")
-    with pytest.raises(ValueError, match=r"rows.jsonl:2 is not a JSON episode record"):
+    with pytest.raises(ValueError, match=r"rows.jsonl:2 is not a JSON line"):
         explain.read_episode(path, 9)
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    path.write_text(json.dumps({"seed": 1, "messages": []}) + "\n")
+    with pytest.raises(ValueError, match=r"rows.jsonl:1 is not a trajectory record .*'split' is a required"):
+        explain.read_episode(path, 1)
+    with pytest.raises(FileNotFoundError, match="no trajectory file"):
         explain.read_episode(tmp_path / "missing.jsonl", 1)
 
 

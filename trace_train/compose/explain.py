@@ -54,22 +54,15 @@ class TurnExplanation:
 
 
 def read_episode(path: str | Path, seed: int) -> dict[str, Any]:
-    """The episode record of task ``seed`` in a JSONL file of episode records (an evaluation's rows)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"episode file {path} does not exist")
-    seeds = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n} is not a JSON episode record: {e}") from e
-        if record.get("seed") == seed:
+    """The episode record of task ``seed`` in a trajectory file (e.g. an evaluation's ``base.jsonl``)."""
+    from trace_gym.records import read_records
+
+    records = read_records(path, missing_ok=False)  # names the line of a malformed record
+    for record in records:
+        if record["seed"] == seed:
             return record
-        seeds.append(record.get("seed"))
-    raise ValueError(f"{path} has no episode of seed {seed} (it has {len(seeds)}: {sorted(seeds)[:20]}...)")
+    seeds = sorted(r["seed"] for r in records)
+    raise ValueError(f"{path} has no episode of seed {seed} (it has {len(seeds)}: {seeds[:20]}...)")
 
 
 def assistant_indices(record: dict[str, Any]) -> list[int]:
