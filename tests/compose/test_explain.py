@@ -129,3 +129,33 @@ def test_cli_explains_the_first_divergence(composition, compose_base, tmp_path, 
     assert "".join(r["token"] for r in data["rows"]).startswith("cancel order 7 now")
     assert main(["explain", str(art), str(a), "--seed", "6"]) == 2
     assert "no episode of seed 6" in capsys.readouterr().err
+
+
+def _solved(record: dict, success: bool) -> dict:
+    return {**record, "success": success, "reward": float(success)}
+
+
+def test_explain_changes_replays_the_right_episode(spread):
+    """A lost base success replays the base's turn and finds where the gated model leaves it; a MoE win replays
+    the MoE's turn and finds where the base leaves it; tasks with the same outcome are skipped."""
+    comp, policy = spread
+    base = [
+        _solved(episode(1, ["hello", "yes, cancel order 7"]), True),  # lost by the MoE
+        _solved(episode(2, ["hello", "no"]), False),  # won by the MoE
+        _solved(episode(3, ["hello", "maybe"]), False),  # both fail
+    ]
+    moe = [
+        _solved(episode(1, ["hello", "no, keep order 7"]), False),
+        _solved(episode(2, ["hello", "yes, refund to card"]), True),
+        _solved(episode(3, ["hello", "perhaps"]), False),
+    ]
+    entries = explain.explain_changes(comp, policy, base, moe)
+    assert [(e["seed"], e["change"], e["turn"]) for e in entries] == [(1, "lost", 1), (2, "won", 1)]
+    for entry, recorded, model in ((entries[0], base[0], "gated"), (entries[1], moe[1], "base")):
+        expected = explain.explain_turn(comp, policy, recorded, 1)
+        i = expected.first_departure_of(model)
+        assert i is not None and entry["token"] == i
+        assert entry["recorded"] == expected.rows[i].token and entry["argmax"] == expected.rows[i].argmax
+        assert entry["argmax"][model] != entry["recorded"]
+        assert sum(entry["layer_slots"].values()) == len(expected.rows[i].layer_slots)
+    assert len(explain.explain_changes(comp, policy, base, moe, limit=1)) == 1

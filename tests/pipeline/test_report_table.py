@@ -124,3 +124,40 @@ def test_the_answer_says_yes_only_when_both_paired_tests_say_better():
     assert "Training cost: MoE 0 training rollouts, 0 s; direct GRPO 0 training rollouts" in _answer(
         few, many, few
     )
+
+
+def test_the_routing_section_shows_where_the_moe_parts_from_the_base(tmp_path):
+    """``explain.json`` from the evaluation stage becomes a table in the routing section, one row per task."""
+    import json
+
+    from trace_train.pipeline.stages.report import gates_section
+
+    (tmp_path / "evaluation").mkdir()
+    (tmp_path / "gates").mkdir()
+    entries = [
+        {
+            "seed": 16,
+            "change": "lost",
+            "turn": 4,
+            "token": 16,
+            "before": " #W6770198 (reason:",
+            "recorded": " ordered",
+            "argmax": {"gated": " no", "base": " ordered", "pa": " no", "pr": " ordered"},
+            "layer_slots": {"base": 13, "pa": 17, "pr": 0},
+        },
+        {"seed": 20, "change": "won", "turn": 2},
+    ]
+    (tmp_path / "evaluation" / "explain.json").write_text(json.dumps(entries))
+    ctx = SimpleNamespace(
+        upstream={
+            "gates": {"artefact": str(tmp_path / "gates"), "names": ["pa", "pr"], "final": {}, "data": {}}
+        },
+        upstream_dirs={"evaluation": tmp_path / "evaluation"},
+    )
+    section = gates_section(ctx)
+    check_tables([section])
+    ((header, rows),) = section.tables
+    first = dict(zip(header, rows[0], strict=True))
+    assert first["gated writes"] == "' no'" and first["recorded"] == "' ordered'"
+    assert first["layers"] == "base 13, pa 17" and first["pr alone"] == "' ordered'"
+    assert rows[1][3] == "(no token departs)"

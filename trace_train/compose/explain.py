@@ -44,7 +44,11 @@ class TurnExplanation:
     @property
     def first_departure(self) -> int | None:
         """Index of the first token where the gated model's argmax is not the recorded token."""
-        return next((i for i, r in enumerate(self.rows) if r.argmax["gated"] != r.token), None)
+        return self.first_departure_of("gated")
+
+    def first_departure_of(self, model: str) -> int | None:
+        """Index of the first token where ``model`` ("gated" or a slot name) would not write the recorded one."""
+        return next((i for i, r in enumerate(self.rows) if r.argmax[model] != r.token), None)
 
     def layer_share(self) -> dict[str, float]:
         """Share of (token, layer) routing decisions per slot over the whole turn."""
@@ -179,3 +183,42 @@ def to_markdown(expl: TurnExplanation) -> str:
 
 def to_json(expl: TurnExplanation) -> dict[str, Any]:
     return {**asdict(expl), "first_departure": expl.first_departure, "layer_share": expl.layer_share()}
+
+
+def explain_changes(
+    comp: Any, policy: Any, base: list[dict[str, Any]], moe: list[dict[str, Any]], limit: int = 10
+) -> list[dict[str, Any]]:
+    """For each task where exactly one of the base and the gated model succeeded (at most ``limit``), the first
+    token where their episodes part: on a base success the MoE lost, the base's turn is replayed and the
+    departure is where the gated model would leave it; on a MoE success the base lacked, the MoE's turn is
+    replayed and the departure is where the base would leave it. Each entry names the layers' slots there and
+    what every model (gated, base, each adapter alone) would write."""
+    by_seed = {r["seed"]: r for r in base}
+    out: list[dict[str, Any]] = []
+    for other in sorted(moe, key=lambda r: r["seed"]):
+        mine = by_seed.get(other["seed"])
+        if mine is None or bool(mine["success"]) == bool(other["success"]):
+            continue
+        if len(out) >= limit:
+            break
+        lost = bool(mine["success"])
+        turn = first_divergence(mine, other)
+        if (
+            turn is None
+        ):  # same turns, different outcome (e.g. a user simulator's sampling): nothing to replay
+            continue
+        recorded, model = (mine, "gated") if lost else (other, "base")
+        result = explain_turn(comp, policy, recorded, turn)
+        i = result.first_departure_of(model)
+        entry: dict[str, Any] = {"seed": other["seed"], "change": "lost" if lost else "won", "turn": turn}
+        if i is not None:
+            row = result.rows[i]
+            entry |= {
+                "token": i,
+                "before": "".join(r.token for r in result.rows[max(0, i - 12) : i]),
+                "recorded": row.token,
+                "argmax": row.argmax,
+                "layer_slots": {name: row.layer_slots.count(k) for k, name in enumerate(result.slot_names)},
+            }
+        out.append(entry)
+    return out

@@ -128,6 +128,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
         add(row, trajs, all_rollouts, all_wall)
         if method == "moe" and getattr(policy, "choices", None):
             _routing_picture(ctx, policy)
+        if method == "moe":
+            _explain_changes(ctx, policy, trajectories["base"], trajs)
         del policy
 
     def direct_grpo() -> None:
@@ -220,6 +222,19 @@ def _composed_policy(
     return compare.router_policy(
         model, {c: a["adapter"] for c, a in adapters.items()}, dtype=cfg.base.dtype
     ), ""
+
+
+def _explain_changes(ctx: StageContext, policy: Any, base: list[dict], moe: list[dict]) -> None:
+    """Where the MoE's episode first leaves the base's on the tasks only one of them solved, and which slot the
+    gates chose there (``explain.json``; ``trace explain`` replays any other task)."""
+    from trace_train.compose.explain import explain_changes
+
+    path = ctx.dir / "explain.json"
+    if path.is_file():
+        return
+    entries = explain_changes(policy.composition, policy, base, moe)
+    write_json(path, entries)
+    ctx.log(f"moe: explained where it parts from the base on {len(entries)} tasks only one of them solved")
 
 
 def _routing_picture(ctx: StageContext, policy: Any) -> None:

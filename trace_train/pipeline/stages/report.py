@@ -235,6 +235,17 @@ def gates_section(ctx: StageContext) -> Section:
             "Routing picture: share of (token, layer) routing decisions per slot on the target's test tasks, by "
             "turn type, counted during the MoE evaluation at the positions that produced each turn's tokens."
         )
+    explained = read_json(ctx.upstream_dirs["evaluation"] / "explain.json")
+    if explained:
+        s.after.append(
+            "Where the MoE's episode first leaves the base's, on the test tasks only one of them solved "
+            "(`trace explain`, teacher-forced): on a base success the MoE lost, the first token of the base's turn "
+            "the gated model would not write; on a MoE success, the first token of its turn the base would not "
+            "write. Layers: how many decoder layers' gates chose each slot for that token."
+        )
+        s.tables.append(_explained_table(explained, ["base", *g["names"]]))
+    elif explained == []:
+        s.after.append("The base and the MoE solved the same test tasks: no episode pair to explain.")
     s.paragraphs.append(
         f"Gates over {', '.join(g['names'])}; final training metrics: "
         + ", ".join(
@@ -243,6 +254,46 @@ def gates_section(ctx: StageContext) -> Section:
         + "."
     )
     return s
+
+
+def _explained_table(entries: list[dict[str, Any]], slots: list[str]) -> tuple[list[str], list[list[str]]]:
+    header = [
+        "task",
+        "MoE",
+        "turn",
+        "after",
+        "recorded",
+        "gated writes",
+        "layers",
+        *(f"{n} alone" for n in slots),
+    ]
+    rows = []
+    for e in entries:
+        if "token" not in e:
+            rows.append(
+                [
+                    str(e["seed"]),
+                    e["change"],
+                    str(e["turn"]),
+                    "(no token departs)",
+                    *["-"] * (len(header) - 4),
+                ]
+            )
+            continue
+        layers = ", ".join(f"{n} {c}" for n, c in e["layer_slots"].items() if c)
+        rows.append(
+            [
+                str(e["seed"]),
+                e["change"],
+                str(e["turn"]),
+                repr(e["before"][-40:]),
+                repr(e["recorded"]),
+                repr(e["argmax"]["gated"]),
+                layers,
+                *(repr(e["argmax"].get(n, "-")) for n in slots),
+            ]
+        )
+    return header, rows
 
 
 def _reward_diff(paired: dict[str, Any] | None) -> str:
