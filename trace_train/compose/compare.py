@@ -52,6 +52,14 @@ def paired(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> dict[str,
 
 
 def make_policy(name: str, comp, tokenizer, manifest: dict[str, Any], args: CompareArgs):
+    """Model ``name`` of the comparison, rendering and generating as ``args`` says (engine, tool format), the
+    same for every model so that the comparison is paired on the same prompts."""
+    return _build_policy(name, comp, tokenizer, manifest, args).configure(
+        engine=args.engine, tool_format=args.tool_format
+    )
+
+
+def _build_policy(name: str, comp, tokenizer, manifest: dict[str, Any], args: CompareArgs):
     from trace_train.models import load_model
 
     specs = comp.adapters
@@ -167,7 +175,9 @@ def gate_choices(comp, tokenizer, args: CompareArgs, out: Path) -> dict[str, Any
     A separate recording run (``capability_episodes`` episodes per env, same split) so the table's MoE row
     keeps the default engine; see :class:`MoEPolicy`.
     """
-    policy = MoEPolicy(comp, tokenizer, record_choices=True)
+    policy = MoEPolicy(comp, tokenizer, record_choices=True).configure(
+        engine=args.engine, tool_format=args.tool_format
+    )
     envs = [("target", args.target)] + [(s.name, s.env_id) for s in comp.adapters if s.env_id]
     for context, env_id in envs:
         policy.context = context

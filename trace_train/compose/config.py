@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trace_train.config import EvalSettings, knob
+from trace_train.config import EngineArgs, EvalSettings, knob
 
 LABELINGS = ("slot", "advantage")  # how gate labels are put on an adapter's tokens (compose/data.py)
 
@@ -82,8 +82,9 @@ class GateSettings:
 
 
 @dataclass
-class ComposeArgs(GateSettings):
-    """``trace compose``: :class:`GateSettings` plus the adapters, their envs and the run's own settings."""
+class ComposeArgs(GateSettings, EngineArgs):
+    """``trace compose``: :class:`GateSettings` plus the adapters, their envs and the run's own settings; the gate
+    data is rolled out with :class:`EngineArgs` (the tool format must be the one the adapters trained with)."""
 
     adapters: list[str]  # PEFT adapter dirs (or `trace train` run dirs), one per capability
     envs: list[str]  # the capability env each adapter was trained on (same order); gate data comes from it
@@ -113,11 +114,14 @@ class ComposeArgs(GateSettings):
 
 
 # Settings that must match for a resume to be meaningful.
-RESUME_KEYS = ("adapters", "envs", "model", "names", "dtype", "seed", "batch_size", "base_bias")
+RESUME_KEYS = (
+    *("adapters", "envs", "model", "names", "dtype", "seed", "batch_size", "base_bias"),
+    *("labels", "advantage_margin", "tool_format"),  # they decide the cached gate data
+)
 
 
 @dataclass(kw_only=True)
-class CompareArgs(EvalSettings):
+class CompareArgs(EvalSettings, EngineArgs):
     """Flags of ``trace compare`` (see ``trace_train.compose.compare``): :class:`EvalSettings`, for every model
     on the same tasks, plus the composition and the models compared."""
 

@@ -167,6 +167,15 @@ def _oracle_episodes(
     return trajs
 
 
+def slot_policy(composition: Composition, tokenizer: Any, slot: int, args: Any) -> SlotPolicy:
+    """Slot ``slot`` forced, rendering and generating as ``args`` says (``engine``, ``tool_format``): the gates
+    must see the tool text the adapters were trained on."""
+    policy = SlotPolicy(composition, tokenizer, slot)
+    return policy.configure(
+        engine=getattr(args, "engine", None), tool_format=getattr(args, "tool_format", None)
+    )
+
+
 def collect_gate_data(
     composition: Composition, tokenizer: Any, env_ids: list[str], args: Any
 ) -> tuple[list[GateExample], CollectionReport]:
@@ -184,7 +193,7 @@ def collect_gate_data(
     torch.manual_seed(args.seed)
     for k, (env_id, level) in enumerate(zip(env_ids, difficulties, strict=True), start=1):
         # one policy (and so one cached engine) per slot: a kept shared prefix must not cross slots
-        policy = SlotPolicy(composition, tokenizer, k)
+        policy = slot_policy(composition, tokenizer, k, args)
         trajs = _rollouts(policy, env_id, args.episodes_per_env, 0, sampling, args, level)
         good = [t for t in trajs if t.reward >= args.min_reward and t.generated_tokens]
         own = [label_trajectory(t, k, env_id, lm=True) for t in good]
@@ -202,7 +211,7 @@ def collect_gate_data(
             report.per_slot[name]["advantage_share"] = share  # of its tokens, those still labelled k
         examples += own
         if args.base_episodes_per_env:
-            base_policy = SlotPolicy(composition, tokenizer, 0)
+            base_policy = slot_policy(composition, tokenizer, 0, args)
             base = _rollouts(
                 base_policy, env_id, args.base_episodes_per_env, args.episodes_per_env, sampling, args, level
             )
@@ -212,7 +221,7 @@ def collect_gate_data(
     target = getattr(args, "target", None)
     if getattr(args, "base_target_episodes", 0) and target:
         # the base's own target contexts: slot 0, so the gates leave the base alone where no adapter acts
-        base_policy = SlotPolicy(composition, tokenizer, 0)
+        base_policy = slot_policy(composition, tokenizer, 0, args)
         level = getattr(args, "target_difficulty", None)
         base = _rollouts(
             base_policy,

@@ -237,10 +237,12 @@ class GateTrainer:
         ckpt = find_checkpoint(self.out / "checkpoints")
         saved = json.loads((ckpt / "config.json").read_text())
         now = self._config()
+        # a key a checkpoint of an older version lacks had its default then
+        defaults = {f.name: f.default for f in dataclasses.fields(ComposeArgs)}
         mismatched = [
-            f"{k}: checkpoint={saved.get(k)!r} now={now.get(k)!r}"
+            f"{k}: checkpoint={saved.get(k, defaults.get(k))!r} now={now.get(k)!r}"
             for k in RESUME_KEYS
-            if saved.get(k) != now.get(k)
+            if saved.get(k, defaults.get(k)) != now.get(k)
         ]
         if mismatched:
             raise CheckpointError(f"checkpoint {ckpt} does not match this run ({', '.join(mismatched)})")

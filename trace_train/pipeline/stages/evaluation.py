@@ -213,15 +213,19 @@ def _composed_policy(
         from trace_train.compose import compare
     except ImportError as err:
         return None, f"step 4's evaluation API is not available ({err})"
+    from trace_train.config import EngineArgs, settings_of
+
+    engine = settings_of(cfg.base, EngineArgs)  # the tool text and engine of every other row
     if method == "moe":
         if not gates.get("artefact"):
             return None, gates.get("summary") or "no gate artefact"
         policy = compare.moe_policy(gates["artefact"], dtype=cfg.base.dtype, record_choices=True)
         policy.context = cfg.target.env_id
-        return policy, ""
-    return compare.router_policy(
+        return policy.configure(**engine), ""
+    router = compare.router_policy(
         model, {c: a["adapter"] for c, a in adapters.items()}, dtype=cfg.base.dtype
-    ), ""
+    )
+    return router.configure(**engine), ""
 
 
 def _explain_changes(ctx: StageContext, policy: Any, base: list[dict], moe: list[dict]) -> None:
