@@ -29,3 +29,14 @@ def randomise_gates(comp, seed: int = 0, std: float = 2.0) -> None:
         for gate in comp.gates:
             gate.proj.weight.copy_(torch.randn(gate.proj.weight.shape, generator=gen) * std)
             gate.proj.bias.zero_()
+
+
+def lookup_gate_args(n_adapters: int = 3, **overrides):
+    """Gate-data settings of the tests: one tiny rollout per adapter on the toy lookup env, nothing counted a
+    success (``min_reward`` 2) unless overridden."""
+    from trace_train.compose.config import ComposeArgs
+
+    envs = ["traintest/lookup-v0"] * n_adapters
+    settings = dict(adapters=["a"] * n_adapters, envs=envs, episodes_per_env=1, base_episodes_per_env=0)
+    settings |= dict(min_reward=2.0, max_new_tokens=4, max_turns=2, rollout_batch_size=1)
+    return ComposeArgs(**{**settings, **overrides})

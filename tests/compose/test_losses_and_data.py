@@ -70,22 +70,11 @@ def test_labels_sit_on_the_position_that_produced_each_generated_token():
 def test_an_adapter_without_successes_is_labelled_on_oracle_episodes(composition):
     """No rollout reaches min_reward: with ``oracle_episodes`` each slot is labelled on its env's oracle
     conversations instead (train tasks from the oracle offset), and the report names them."""
-    from trace_train.compose.config import ComposeArgs
+    from tests.compose.helpers import lookup_gate_args
     from trace_train.compose.data import collect_gate_data
 
-    envs = ["traintest/lookup-v0"] * 3
-    args = ComposeArgs(
-        adapters=["a"] * 3,
-        envs=envs,
-        episodes_per_env=1,
-        base_episodes_per_env=0,
-        min_reward=2.0,
-        max_new_tokens=4,
-        max_turns=2,
-        rollout_batch_size=1,
-        oracle_episodes=2,
-        difficulties=["none"] * 3,
-    )
+    args = lookup_gate_args(oracle_episodes=2, difficulties=["none"] * 3)
+    envs = args.envs
     examples, report = collect_gate_data(composition, composition.tokenizer, envs, args)
     assert sorted({e.slot for e in examples}) == [1, 2, 3]
     assert all(e.reward >= 1.0 and any(e.lm_mask) for e in examples)  # oracle episodes: solved, imitated
@@ -225,18 +214,11 @@ def test_an_adapter_that_adds_nothing_keeps_no_label(compose_base, tmp_path):
 
 
 def test_advantage_labels_in_the_collection_report(composition):
-    from trace_train.compose.config import ComposeArgs
+    from tests.compose.helpers import lookup_gate_args
     from trace_train.compose.data import collect_gate_data
 
-    envs = ["traintest/lookup-v0"] * 3
-    common = dict(adapters=["a"] * 3, envs=envs, episodes_per_env=1, base_episodes_per_env=0, min_reward=2.0)
-    common |= dict(max_new_tokens=4, max_turns=2, rollout_batch_size=1, oracle_episodes=2)
-    examples, report = collect_gate_data(
-        composition,
-        composition.tokenizer,
-        envs,
-        ComposeArgs(**common, labels="advantage", advantage_margin=0.0),
-    )
+    args = lookup_gate_args(oracle_episodes=2, labels="advantage", advantage_margin=0.0)
+    examples, report = collect_gate_data(composition, composition.tokenizer, args.envs, args)
     for k, name in enumerate(["cap0 (oracle)", "cap1 (oracle)", "cap2 (oracle)"], start=1):
         own = [e for e in examples if e.slot == k]
         labels = [x for e in own for x in e.gate_labels if x != IGNORE]
@@ -244,4 +226,4 @@ def test_advantage_labels_in_the_collection_report(composition):
     import pytest
 
     with pytest.raises(ValueError, match="--labels must be one of slot, advantage"):
-        ComposeArgs(**common, labels="oracle")
+        lookup_gate_args(labels="oracle")

@@ -18,21 +18,11 @@ def _formats_in(text: str) -> set[str]:
 
 @pytest.mark.parametrize("tool_format", ["json", "compact"])
 def test_gate_data_is_rendered_in_the_runs_tool_format(composition, tool_format):
-    from trace_train.compose.config import ComposeArgs
+    from tests.compose.helpers import lookup_gate_args
     from trace_train.compose.data import collect_gate_data
 
-    envs = ["traintest/lookup-v0"] * 3
-    args = ComposeArgs(
-        adapters=["a"] * 3,
-        envs=envs,
-        episodes_per_env=1,
-        base_episodes_per_env=1,
-        min_reward=0.0,
-        max_new_tokens=4,
-        max_turns=2,
-        rollout_batch_size=1,
-        tool_format=tool_format,
-    )
+    args = lookup_gate_args(base_episodes_per_env=1, min_reward=0.0, tool_format=tool_format)
+    envs = args.envs
     examples, _ = collect_gate_data(composition, composition.tokenizer, envs, args)
     assert {e.slot for e in examples} == {0, 1, 2, 3}
     for e in examples:
