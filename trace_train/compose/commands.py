@@ -84,7 +84,7 @@ def cmd_explain(ns: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from trace_train.compose.config import CompareArgs, ComposeArgs
-    from trace_train.config import add_dataclass_flags
+    from trace_train.config import TOOL_FORMATS, add_dataclass_flags
 
     comp = subparsers.add_parser(
         "compose",
@@ -131,7 +131,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     exp.add_argument("--dtype", default=None, help="model dtype (default: the artefact's)")
     exp.add_argument(
-        "--tool-format", default="json", choices=["json", "compact"], help="as the episodes were played"
+        "--tool-format", default="json", choices=list(TOOL_FORMATS), help="as the episodes were played"
     )
     exp.add_argument("--full", action="store_true", help="print the per-token table, not only the summary")
     exp.add_argument("--json-out", default=None, help="write every token's figures to this JSON file")

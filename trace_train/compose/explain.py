@@ -128,9 +128,9 @@ def explain_turn(comp: Any, policy: Any, record: dict[str, Any], turn: int) -> T
     per_slot = {names[k]: pass_with(k)[0] for k in range(comp.num_slots)}
     # each layer's gate saw the whole sequence once: its logits are (T, slots); keep the turn's positions
     layer_slots = torch.stack([layer[0].argmax(-1) for layer in logs])[:, span]  # (layers, turn)
+    dists = {"gated": gated, **per_slot}
     rows = []
     for i, token_id in enumerate(target.tolist()):
-        dists = {"gated": gated, **per_slot}
         rows.append(
             TokenRow(
                 token=tok.decode([token_id]),
@@ -203,9 +203,8 @@ def explain_changes(
             break
         lost = bool(mine["success"])
         turn = first_divergence(mine, other)
-        if (
-            turn is None
-        ):  # same turns, different outcome (e.g. a user simulator's sampling): nothing to replay
+        # same turns and a different outcome (e.g. a sampled user simulator): nothing to replay
+        if turn is None:
             continue
         recorded, model = (mine, "gated") if lost else (other, "base")
         result = explain_turn(comp, policy, recorded, turn)
