@@ -161,3 +161,7 @@ def test_the_routing_section_shows_where_the_moe_parts_from_the_base(tmp_path):
     assert first["gated writes"] == "' no'" and first["recorded"] == "' ordered'"
     assert first["layers"] == "base 13, pa 17" and first["pr alone"] == "' ordered'"
     assert rows[1][3] == "(no token departs)"
+    # its caption is the last paragraph: rendered, it sits right above the table (not after the section's images)
+    assert "`trace explain`" in section.paragraphs[-1] and not any(
+        "trace explain" in p for p in section.after
+    )

@@ -235,9 +235,16 @@ def gates_section(ctx: StageContext) -> Section:
             "Routing picture: share of (token, layer) routing decisions per slot on the target's test tasks, by "
             "turn type, counted during the MoE evaluation at the positions that produced each turn's tokens."
         )
+    s.paragraphs.append(
+        f"Gates over {', '.join(g['names'])}; final training metrics: "
+        + ", ".join(
+            f"{k} {fmt(v)}" for k, v in g["final"].items() if k in ("loss", "label_accuracy", "share_base")
+        )
+        + "."
+    )
     explained = read_json(ctx.upstream_dirs["evaluation"] / "explain.json")
-    if explained:
-        s.after.append(
+    if explained:  # the last paragraph, so it reads as the table's caption
+        s.paragraphs.append(
             "Where the MoE's episode first leaves the base's, on the test tasks only one of them solved "
             "(`trace explain`, teacher-forced): on a base success the MoE lost, the first token of the base's turn "
             "the gated model would not write; on a MoE success, the first token of its turn the base would not "
@@ -246,13 +253,6 @@ def gates_section(ctx: StageContext) -> Section:
         s.tables.append(_explained_table(explained, ["base", *g["names"]]))
     elif explained == []:
         s.after.append("The base and the MoE solved the same test tasks: no episode pair to explain.")
-    s.paragraphs.append(
-        f"Gates over {', '.join(g['names'])}; final training metrics: "
-        + ", ".join(
-            f"{k} {fmt(v)}" for k, v in g["final"].items() if k in ("loss", "label_accuracy", "share_base")
-        )
-        + "."
-    )
     return s
 
 
