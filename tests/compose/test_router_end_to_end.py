@@ -118,3 +118,19 @@ def test_router_classifies_with_the_base_and_serves_each_episode_with_that_slot(
         alone = _collect(SlotPolicy(composition, composition.tokenizer, slot), [episode])[0]
         assert traj.token_ids == alone.token_ids
     assert sum(router.episode_slots.values()) == len(EPISODES)
+
+    # the evaluation stage's per-task routes, read back from the episode records by a fresh router, are these
+    from trace_gym.registration import make_env, tools_of
+    from trace_train.pipeline.stages.evaluation import router_routes
+
+    def tools(env_id: str, seed: int) -> list:  # as the evaluation records them: the tools of the reset task
+        env = make_env(env_id)
+        return tools_of(env, env.reset(seed=seed)[1])
+
+    records = [
+        {**traj.to_json(), "tools": tools(env_id, seed)}
+        for traj, (env_id, seed) in zip(trajs, EPISODES, strict=True)
+    ]
+    fresh = TaskRouterPolicy(composition, composition.tokenizer, composition.adapters)
+    routes = router_routes(fresh, records)
+    assert routes == {seed: composition.slot_names[s] for (_, seed), s in zip(EPISODES, wanted, strict=True)}

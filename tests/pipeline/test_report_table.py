@@ -165,3 +165,22 @@ def test_the_routing_section_shows_where_the_moe_parts_from_the_base(tmp_path):
     assert "`trace explain`" in section.paragraphs[-1] and not any(
         "trace explain" in p for p in section.after
     )
+
+
+def test_the_routing_section_names_where_the_router_sent_the_tasks(tmp_path):
+    from trace_train.pipeline.stages.report import gates_section
+
+    (tmp_path / "evaluation").mkdir()
+    (tmp_path / "gates").mkdir()
+    router = {"method": "router", "episodes": 128, "routes": {"base": 70, "precise-arguments": 58}}
+    ctx = SimpleNamespace(
+        upstream={
+            "gates": {"artefact": str(tmp_path / "gates"), "names": ["pa", "pr"], "final": {}, "data": {}},
+            "evaluation": {"rows": [{"method": "base", "episodes": 128}, router]},
+        },
+        upstream_dirs={"evaluation": tmp_path / "evaluation"},
+    )
+    (said,) = [p for p in gates_section(ctx).paragraphs if "task-level router" in p]
+    assert "128 test tasks to: base 70, precise-arguments 58" in said
+    router.pop("routes")  # a run from before routes were recorded says nothing about them
+    assert not [p for p in gates_section(ctx).paragraphs if "task-level router" in p]

@@ -11,6 +11,7 @@ harm), the training rollouts the method cost and the wall times. This is the onl
 
 from __future__ import annotations
 
+import collections
 import math
 import time
 from typing import Any
@@ -130,6 +131,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
             _routing_picture(ctx, policy)
         if method == "moe":
             _explain_changes(ctx, policy, trajectories["base"], trajs)
+        if method == "router":
+            routes = router_routes(policy, trajs)
+            write_json(ctx.dir / "router_routes.json", {str(seed): slot for seed, slot in routes.items()})
+            row["routes"] = dict(collections.Counter(routes.values()).most_common())
         del policy
 
     def direct_grpo() -> None:
@@ -203,6 +208,19 @@ def _same_tasks(reference: list[dict[str, Any]], other: list[dict[str, Any]]) ->
     """The reference's episodes on the tasks ``other`` played (a per-adapter row may cover fewer tasks)."""
     seeds = {r["seed"] for r in other}
     return [r for r in reference if r["seed"] in seeds]
+
+
+def router_routes(policy: Any, trajectories: list[dict[str, Any]]) -> dict[int, str]:
+    """The slot the task-level router chose for each test task (seed -> slot name). Its first prompt (the
+    conversation before the first assistant turn) classified again: the choice is deterministic and costs one
+    forward pass, and a resumed evaluation did not classify the episodes finished before the interruption."""
+    names = policy.composition.slot_names
+    routes = {}
+    for t in trajectories:
+        messages = t["messages"]
+        first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+        routes[t["seed"]] = names[policy.slot_for(policy.prompt_ids(messages[:first], t["tools"]))]
+    return routes
 
 
 def _composed_policy(

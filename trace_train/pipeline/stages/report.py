@@ -235,6 +235,16 @@ def gates_section(ctx: StageContext) -> Section:
             "Routing picture: share of (token, layer) routing decisions per slot on the target's test tasks, by "
             "turn type, counted during the MoE evaluation at the positions that produced each turn's tokens."
         )
+    router = next(
+        (r for r in ctx.upstream.get("evaluation", {}).get("rows", []) if r["method"] == "router"), None
+    )
+    if router and router.get("routes"):
+        s.paragraphs.append(
+            f"The task-level router (a zero-shot choice by the base model on each task's first prompt) sent the "
+            f"{router['episodes']} test tasks to: "
+            + ", ".join(f"{slot} {n}" for slot, n in router["routes"].items())
+            + " (per task: `08-evaluation/router_routes.json`)."
+        )
     s.paragraphs.append(
         f"Gates over {', '.join(g['names'])}; final training metrics: "
         + ", ".join(
