@@ -34,6 +34,13 @@ def test_quick_demo_runs_every_stage_then_skips_them(tmp_path):
     # every method is tested against the base and against direct GRPO (the fair baseline), on the same tasks
     others = [r for r in rows if r["method"] not in ("base", "direct_grpo")]
     assert all("kept_share" in r["vs_base"] and "vs_direct_grpo" in r for r in others)
+    # the router's episodes on the tasks it gave the base slot are the base's own records, the rest its own
+    routes = json.loads((out / "08-evaluation" / "router_routes.json").read_text())
+    (router,) = [r for r in rows if r["method"] == "router"]
+    assert router["reused_base_episodes"] == sum(slot == "base" for slot in routes.values())
+    base_records = {r["seed"]: r for r in map(json.loads, (out / "08-evaluation" / "base.jsonl").open())}
+    for record in map(json.loads, (out / "08-evaluation" / "router.jsonl").open()):
+        assert (record == base_records[record["seed"]]) == (routes[str(record["seed"])] == "base")
     gates = json.loads((out / "07-gates" / "stage.json").read_text())["result"]
     assert any(name.endswith("(target)") for name in gates["data"])  # the base's own target contexts, slot 0
 

@@ -182,5 +182,9 @@ def test_the_routing_section_names_where_the_router_sent_the_tasks(tmp_path):
     )
     (said,) = [p for p in gates_section(ctx).paragraphs if "task-level router" in p]
     assert "128 test tasks to: base 70, precise-arguments 58" in said
+    assert "base's own" not in said  # a run from before the router reused the base's episodes
+    router["reused_base_episodes"] = 70
+    (said,) = [p for p in gates_section(ctx).paragraphs if "task-level router" in p]
+    assert "Its 70 episodes on the tasks it gave the base are the base's own" in said
     router.pop("routes")  # a run from before routes were recorded says nothing about them
     assert not [p for p in gates_section(ctx).paragraphs if "task-level router" in p]

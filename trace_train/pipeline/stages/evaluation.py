@@ -29,10 +29,17 @@ def _paired(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> dict[str
 
 
 def _evaluate(
-    ctx: StageContext, label: str, policy, out_name: str, episodes: int | None = None
+    ctx: StageContext,
+    label: str,
+    policy,
+    out_name: str,
+    episodes: int | None = None,
+    reuse: list[dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """``policy`` on the first ``episodes`` test tasks (default ``evaluation.episodes``; every method starts at
-    the same task, so a shorter row is paired with the base on the tasks it shares)."""
+    the same task, so a shorter row is paired with the base on the tasks it shares). ``reuse``: episodes another
+    row already played with the very policy this one would use on those tasks; they are kept, not played again."""
+    from trace_gym.records import write_records
     from trace_train.config import EvalSettings, settings_of
     from trace_train.evaluate import evaluate
 
@@ -50,7 +57,12 @@ def _evaluate(
     ctx.log(
         f"{label}: {episodes} test tasks"
         + (f" ({len(done)} finished before the interruption)" if done else "")
+        + (f" ({len(reuse)} of them the base's episodes)" if reuse else "")
     )
+    if reuse:  # evaluate() keeps what the file holds for its tasks and plays the rest
+        kept = {r["seed"]: r for r in done}
+        kept.update((r["seed"], r) for r in reuse)
+        write_records(path, kept.values())
     result = evaluate(
         policy,
         cfg.target.env_id,
@@ -58,7 +70,7 @@ def _evaluate(
         split="test",
         difficulty=cfg.target.difficulty,
         out_jsonl=path,
-        resume=ctx.resume,  # an interrupted method keeps the episodes it finished
+        resume=ctx.resume or bool(reuse),  # an interrupted method keeps the episodes it finished
     )
     ctx.log(result.line())
     row = {
@@ -125,16 +137,24 @@ def run(ctx: StageContext) -> dict[str, Any]:
             not_run[method] = why
             ctx.log(f"{method}: not evaluated: {why}")
             return
-        row, trajs = _evaluate(ctx, method, policy, method)
+        reuse = None
+        if method == "router":
+            # the router picks a slot per task from the env's first prompt, the same whichever policy plays, so
+            # the tasks it gives the base slot are the base's episodes: playing them again would cost as long and
+            # differ only by the numerics of another batch (demo40: 58 of 128 parted, no outcome changed)
+            routes = router_routes(policy, trajectories["base"])
+            write_json(ctx.dir / "router_routes.json", {str(seed): slot for seed, slot in routes.items()})
+            base_slot = policy.composition.slot_names[0]
+            reuse = [t for t in trajectories["base"] if routes[t["seed"]] == base_slot]
+        row, trajs = _evaluate(ctx, method, policy, method, reuse=reuse)
         add(row, trajs, all_rollouts, all_wall)
         if method == "moe" and getattr(policy, "choices", None):
             _routing_picture(ctx, policy)
         if method == "moe":
             _explain_changes(ctx, policy, trajectories["base"], trajs)
         if method == "router":
-            routes = router_routes(policy, trajs)
-            write_json(ctx.dir / "router_routes.json", {str(seed): slot for seed, slot in routes.items()})
             row["routes"] = dict(collections.Counter(routes.values()).most_common())
+            row["reused_base_episodes"] = len(reuse)
         del policy
 
     def direct_grpo() -> None:
@@ -211,9 +231,9 @@ def _same_tasks(reference: list[dict[str, Any]], other: list[dict[str, Any]]) ->
 
 
 def router_routes(policy: Any, trajectories: list[dict[str, Any]]) -> dict[int, str]:
-    """The slot the task-level router chose for each test task (seed -> slot name). Its first prompt (the
-    conversation before the first assistant turn) classified again: the choice is deterministic and costs one
-    forward pass, and a resumed evaluation did not classify the episodes finished before the interruption."""
+    """The slot the task-level router chooses for each task of ``trajectories`` (seed -> slot name): the first
+    prompt (the conversation before the first assistant turn, the env's alone, so any policy's episode of the
+    task serves) classified as the router does when it plays, one forward pass each."""
     names = policy.composition.slot_names
     routes = {}
     for t in trajectories:

@@ -244,6 +244,12 @@ def gates_section(ctx: StageContext) -> Section:
             f"{router['episodes']} test tasks to: "
             + ", ".join(f"{slot} {n}" for slot, n in router["routes"].items())
             + " (per task: `08-evaluation/router_routes.json`)."
+            + (
+                f" Its {router['reused_base_episodes']} episodes on the tasks it gave the base are the base's own "
+                "(the same model on the same task), not played again."
+                if router.get("reused_base_episodes")
+                else ""
+            )
         )
     s.paragraphs.append(
         f"Gates over {', '.join(g['names'])}; final training metrics: "
