@@ -1,19 +1,29 @@
 #!/bin/bash
 # issue 29's next lever on precise-arguments: the SFT fit spread over the four start depths (6 oracle episodes at
-# each of levels 1-4) instead of all 24 at the decision (level 1), then the fixed arm's 24 GRPO rollouts on top.
-# The policy is the demo's warm start (`trace run trace_train/pipeline/configs/demo.toml --until base`).
+# each of levels 1-4) instead of all 24 at the decision (level 1), then GRPO on top: the all-together arm
+# (adaptive start depth, shaped reward, rescue hints) first, the fixed arm after it (ARMS=all to stop there).
+# The policy is the demo's warm start, made first when missing (`trace run ... --until base`).
+# Wall time, 2 cores: warm start ~40 min on Sapphire Rapids (AMX, bf16), ~2-3 h on an AVX2-only CPU (float32, 4-7 min
+# per SFT step); then base evaluation ~19 min, the fit ~17 min, its evaluation ~19 min, each arm ~30 min.
+# A rerun with the same --out reuses the fit and every evaluation whose inputs are unchanged.
 # VARIANT=decision runs the level-1 fit alone (--arms none), for the same-session comparison.
+set -e
 source /work/venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false TRACE_CACHE=/tmp/trace-cache
-cd /work/main
+cd "$(dirname "$0")/../../.."
+RUNS=${RUNS:-/work/runs}
+POLICY=$RUNS/demo/01-base/sft-0/merged
+[ -d "$POLICY" ] || trace run trace_train/pipeline/configs/demo.toml --until base --out "$RUNS/demo"
 if [ "${VARIANT:-levels}" = decision ]; then
-  python benchmarks/grpo_arms.py --policy /work/runs/demo40/01-base/sft-0/merged --capability precise-arguments \
-    --arms none --sft-episodes 24 --out /work/runs/arms40-decision
+  python benchmarks/grpo_arms.py --policy "$POLICY" --capability precise-arguments \
+    --arms none --sft-episodes 24 --out "$RUNS/arms-decision"
 else
-  python benchmarks/grpo_arms.py --policy /work/runs/demo40/01-base/sft-0/merged --capability precise-arguments \
-    --arms fixed --sft-episodes 24 --sft-levels 1 2 3 4 --out /work/runs/arms40-levels
+  python benchmarks/grpo_arms.py --policy "$POLICY" --capability precise-arguments \
+    --arms "${ARMS:-all,fixed}" --sft-episodes 24 --sft-levels 1 2 3 4 --out "$RUNS/arms-levels"
 fi
 # Session 39 stopped the levels run after its fit (the base evaluation and the arm would not have finished in the
 # session) and evaluated the fit with the script below (grpo_arms' own evaluation, kept in <out>/evals/sft.json,
 # which a rerun of this command reuses):
 #   python benchmarks/results/grpo_arms_sft_levels/evaluate_fit.py /work/runs/arms40-levels /work/runs/demo40/01-base/sft-0/merged
+# Session 50 (an AVX2-only machine) began the warm start and stopped it after 3 of 32 steps: the measurement would
+# not have finished in the session, and a machine's run folder does not outlive it.
