@@ -41,6 +41,11 @@ def test_compare_cli_pairs_every_method_with_the_base(composition, compose_base,
         for n in names
     }
     assert len({tuple(s) for s in seeds.values()}) == 1, "every method must run on the same seeds"
+    # the router's episode on each task is the one of the slot it chose (every slot's row was played first)
+    records = {n: {r["seed"]: r for r in map(json.loads, (out / f"{n}.jsonl").open())} for n in names}
+    assert report["router_reused_episodes"] == 3 and len(report["router_routes"]) == 3
+    for seed, slot in report["router_routes"].items():
+        assert records["router"][int(seed)] == records[slot][int(seed)]
     for row in report["rows"][1:]:
         v = row["vs_base"]
         assert v["n"] == 3 and 0.0 <= v["mcnemar_p"] <= 1.0

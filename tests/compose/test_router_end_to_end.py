@@ -121,7 +121,7 @@ def test_router_classifies_with_the_base_and_serves_each_episode_with_that_slot(
 
     # the evaluation stage's per-task routes, read back from the episode records by a fresh router, are these
     from trace_gym.registration import make_env, tools_of
-    from trace_train.pipeline.stages.evaluation import router_routes
+    from trace_train.compose.compare import router_routes
 
     def tools(env_id: str, seed: int) -> list:  # as the evaluation records them: the tools of the reset task
         env = make_env(env_id)
@@ -134,3 +134,15 @@ def test_router_classifies_with_the_base_and_serves_each_episode_with_that_slot(
     fresh = TaskRouterPolicy(composition, composition.tokenizer, composition.adapters)
     routes = router_routes(fresh, records)
     assert routes == {seed: composition.slot_names[s] for (_, seed), s in zip(EPISODES, wanted, strict=True)}
+
+    # the episodes the router need not play: on each task, the row of the slot it chose, where that row was played
+    from trace_train.compose.compare import router_reuse
+
+    names = composition.slot_names
+    rows = {"base": records, names[1]: [{**r, "model": names[1]} for r in records]}
+    rows[names[3]] = [{**r, "model": names[3]} for r in records[:1]]  # a shorter row: its first task only
+    routes_again, reuse = router_reuse(fresh, rows)
+    assert routes_again == routes
+    by_seed = {r["seed"]: r for r in reuse}
+    assert set(by_seed) == {EPISODES[0][1]}  # task 0 went to names[1]; task 1 to names[3], not in its row
+    assert by_seed[EPISODES[0][1]]["model"] == names[1]

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from trace_gym.records import write_records
 from trace_train.compose.artefact import AdapterSpec, load_composition
 from trace_train.compose.baselines import (
     MoEPolicy,
@@ -115,6 +116,32 @@ def _run_env_id(path: str) -> str | None:
     return None
 
 
+def router_routes(router: TaskRouterPolicy, trajectories: list[dict[str, Any]]) -> dict[int, str]:
+    """The slot the task-level router chooses for each task of ``trajectories`` (seed -> slot name): the first
+    prompt (the conversation before the first assistant turn, the env's alone, so any policy's episode of the
+    task serves) classified as the router does when it plays, one forward pass each."""
+    names = router.composition.slot_names
+    routes = {}
+    for t in trajectories:
+        messages = t["messages"]
+        first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+        routes[t["seed"]] = names[router.slot_for(router.prompt_ids(messages[:first], t["tools"]))]
+    return routes
+
+
+def router_reuse(
+    router: TaskRouterPolicy, played: dict[str, list[dict[str, Any]]]
+) -> tuple[dict[int, str], list[dict[str, Any]]]:
+    """The router's slot per task, and the episodes it needs not play: on a task it gives slot ``s``, the episode of
+    row ``s`` of ``played`` (slot name -> episodes, ``base`` for slot 0; every row from the same composition on
+    the same tasks). The router serves a task with exactly that slot's model, so playing it again would cost as
+    long and differ only by the numerics of another batch. Routes are read from ``played["base"]``."""
+    routes = router_routes(router, played["base"])
+    by_slot = {name: {t["seed"]: t for t in trajs} for name, trajs in played.items()}
+    reuse = [by_slot[slot][seed] for seed, slot in routes.items() if seed in by_slot.get(slot, {})]
+    return routes, reuse
+
+
 def compare(args: CompareArgs) -> dict[str, Any]:
     comp, tokenizer, manifest = load_composition(args.composition, model=args.model, dtype=args.dtype)
     comp.model.eval()
@@ -124,9 +151,17 @@ def compare(args: CompareArgs) -> dict[str, Any]:
     results: dict[str, EvalResult] = {}
     notes: dict[str, str] = {}
     extra: dict[str, Any] = {}
-    for name in models:
+    # the router last: its tasks go to slots whose own rows, played before it, are its episodes there
+    for name in sorted(models, key=lambda m: m == "router"):
         try:
             policy = make_policy(name, comp, tokenizer, manifest, args)
+            reuse: list[dict[str, Any]] = []
+            if isinstance(policy, TaskRouterPolicy) and "base" in results:
+                slots = {n: results[n].trajectories for n in ("base", *comp.names) if n in results}
+                routes, reuse = router_reuse(policy, slots)
+                extra["router_routes"] = {str(seed): slot for seed, slot in routes.items()}
+                extra["router_reused_episodes"] = len(reuse)
+            write_records(out / f"{name}.jsonl", reuse)  # evaluate() keeps these and plays the other tasks
             result = evaluate(
                 policy,
                 args.target,
@@ -134,6 +169,7 @@ def compare(args: CompareArgs) -> dict[str, Any]:
                 split=args.split,
                 difficulty=args.difficulty,
                 out_jsonl=out / f"{name}.jsonl",
+                resume=True,
             )
         except Exception as e:  # noqa: BLE001 - peft's mixtures may not run here: report why, go on
             if name in ("base", "moe") or name in comp.names:
@@ -146,7 +182,8 @@ def compare(args: CompareArgs) -> dict[str, Any]:
         if name == "xlora":
             notes[name] = "X-LoRA classifier untrained (as initialised by peft)"
     rows = []
-    for name, r in results.items():
+    for name in (m for m in models if m in results):  # the order asked for
+        r = results[name]
         row = {"model": name, **r.summary()}
         if name != "base":
             row["vs_base"] = paired(results["base"].trajectories, r.trajectories)

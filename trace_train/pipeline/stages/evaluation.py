@@ -142,10 +142,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
             # the router picks a slot per task from the env's first prompt, the same whichever policy plays, so
             # the tasks it gives the base slot are the base's episodes: playing them again would cost as long and
             # differ only by the numerics of another batch (demo40: 58 of 128 parted, no outcome changed)
-            routes = router_routes(policy, trajectories["base"])
+            from trace_train.compose.compare import router_reuse
+
+            routes, reuse = router_reuse(policy, {"base": trajectories["base"]})
             write_json(ctx.dir / "router_routes.json", {str(seed): slot for seed, slot in routes.items()})
-            base_slot = policy.composition.slot_names[0]
-            reuse = [t for t in trajectories["base"] if routes[t["seed"]] == base_slot]
         row, trajs = _evaluate(ctx, method, policy, method, reuse=reuse)
         add(row, trajs, all_rollouts, all_wall)
         if method == "moe" and getattr(policy, "choices", None):
@@ -228,19 +228,6 @@ def _same_tasks(reference: list[dict[str, Any]], other: list[dict[str, Any]]) ->
     """The reference's episodes on the tasks ``other`` played (a per-adapter row may cover fewer tasks)."""
     seeds = {r["seed"] for r in other}
     return [r for r in reference if r["seed"] in seeds]
-
-
-def router_routes(policy: Any, trajectories: list[dict[str, Any]]) -> dict[int, str]:
-    """The slot the task-level router chooses for each task of ``trajectories`` (seed -> slot name): the first
-    prompt (the conversation before the first assistant turn, the env's alone, so any policy's episode of the
-    task serves) classified as the router does when it plays, one forward pass each."""
-    names = policy.composition.slot_names
-    routes = {}
-    for t in trajectories:
-        messages = t["messages"]
-        first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
-        routes[t["seed"]] = names[policy.slot_for(policy.prompt_ids(messages[:first], t["tools"]))]
-    return routes
 
 
 def _composed_policy(
