@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ def evaluate(
     difficulty: int | None = None,
     out_jsonl: str | Path | None = None,
     resume: bool = False,
+    reuse: Iterable[dict[str, Any]] = (),
 ) -> EvalResult:
     """Greedy by default; seeds are ``reset_seed(split, seed_offset + i)`` so test seeds never overlap training.
 
@@ -58,7 +60,8 @@ def evaluate(
     it first; retail's system prompt alone is ~3.3k SmolLM2 tokens, so a 4k cap would end episodes early).
     ``out_jsonl`` receives each episode as it finishes (in the order of the tasks once all are done); with
     ``resume`` the episodes it already holds for these tasks are kept and only the others run (an evaluation
-    interrupted after 150 of 200 episodes runs the last 50)."""
+    interrupted after 150 of 200 episodes runs the last 50). ``reuse``: episode records that another evaluation
+    played with this very model; those of these tasks are kept as they are and not played again."""
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     s = settings or EvalSettings()
@@ -85,6 +88,8 @@ def evaluate(
     finally:
         probe.close()
     done = _finished_episodes(path, specs) if resume and path is not None else {}
+    wanted = {spec.seed for spec in specs}
+    done.update((r["seed"], r) for r in reuse if r["seed"] in wanted)
     todo = [spec for spec in specs if spec.seed not in done]
     if path is not None:  # rewritten with what is kept, then each episode appended the moment it ends
         write_records(path, done.values())

@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trace_gym.records import write_records
 from trace_train.compose.artefact import AdapterSpec, load_composition
 from trace_train.compose.baselines import (
     MoEPolicy,
@@ -161,7 +160,6 @@ def compare(args: CompareArgs) -> dict[str, Any]:
                 routes, reuse = router_reuse(policy, slots)
                 extra["router_routes"] = {str(seed): slot for seed, slot in routes.items()}
                 extra["router_reused_episodes"] = len(reuse)
-            write_records(out / f"{name}.jsonl", reuse)  # evaluate() keeps these and plays the other tasks
             result = evaluate(
                 policy,
                 args.target,
@@ -169,7 +167,7 @@ def compare(args: CompareArgs) -> dict[str, Any]:
                 split=args.split,
                 difficulty=args.difficulty,
                 out_jsonl=out / f"{name}.jsonl",
-                resume=True,
+                reuse=reuse,
             )
         except Exception as e:  # noqa: BLE001 - peft's mixtures may not run here: report why, go on
             if name in ("base", "moe") or name in comp.names:

@@ -39,7 +39,6 @@ def _evaluate(
     """``policy`` on the first ``episodes`` test tasks (default ``evaluation.episodes``; every method starts at
     the same task, so a shorter row is paired with the base on the tasks it shares). ``reuse``: episodes another
     row already played with the very policy this one would use on those tasks; they are kept, not played again."""
-    from trace_gym.records import write_records
     from trace_train.config import EvalSettings, settings_of
     from trace_train.evaluate import evaluate
 
@@ -59,10 +58,6 @@ def _evaluate(
         + (f" ({len(done)} finished before the interruption)" if done else "")
         + (f" ({len(reuse)} of them the base's episodes)" if reuse else "")
     )
-    if reuse:  # evaluate() keeps what the file holds for its tasks and plays the rest
-        kept = {r["seed"]: r for r in done}
-        kept.update((r["seed"], r) for r in reuse)
-        write_records(path, kept.values())
     result = evaluate(
         policy,
         cfg.target.env_id,
@@ -70,7 +65,8 @@ def _evaluate(
         split="test",
         difficulty=cfg.target.difficulty,
         out_jsonl=path,
-        resume=ctx.resume or bool(reuse),  # an interrupted method keeps the episodes it finished
+        resume=ctx.resume,  # an interrupted method keeps the episodes it finished
+        reuse=reuse or (),
     )
     ctx.log(result.line())
     row = {
