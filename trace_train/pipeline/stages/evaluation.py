@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from trace_train.pipeline.runner import StageContext
@@ -34,7 +35,7 @@ def _evaluate(
     policy,
     out_name: str,
     episodes: int | None = None,
-    reuse: list[dict[str, Any]] | None = None,
+    reuse: Sequence[dict[str, Any]] = (),
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """``policy`` on the first ``episodes`` test tasks (default ``evaluation.episodes``; every method starts at
     the same task, so a shorter row is paired with the base on the tasks it shares). ``reuse``: episodes another
@@ -66,7 +67,7 @@ def _evaluate(
         difficulty=cfg.target.difficulty,
         out_jsonl=path,
         resume=ctx.resume,  # an interrupted method keeps the episodes it finished
-        reuse=reuse or (),
+        reuse=reuse,
     )
     ctx.log(result.line())
     row = {
@@ -133,7 +134,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             not_run[method] = why
             ctx.log(f"{method}: not evaluated: {why}")
             return
-        reuse = None
+        reuse: list[dict[str, Any]] = []
         if method == "router":
             # the router picks a slot per task from the env's first prompt, the same whichever policy plays, so
             # the tasks it gives the base slot are the base's episodes: playing them again would cost as long and
