@@ -225,6 +225,7 @@ def fit_sft(env_id: str, s: Settings) -> dict[str, Any]:
             levels=s.sft_levels,
             dtype=s.dtype,
             micro_batch_tokens=s.micro_batch_tokens,
+            resume=True,  # an interrupted fit continues from its last step
         )
     )
     summary["wall_s"] = round(time.time() - started, 1)
@@ -235,8 +236,12 @@ def fit_sft(env_id: str, s: Settings) -> dict[str, Any]:
 def train_arm(name: str, env_id: str, s: Settings, init_adapter: str | None) -> dict[str, Any]:
     from trace_train.config import GRPOArgs
     from trace_train.grpo.trainer import GRPOTrainer
+    from trace_train.pipeline.stages.common import read_metrics
 
     out = s.out / name
+    done = out / "arm.json"
+    if done.is_file():  # a rerun in the same --out keeps the arms that finished
+        return json.loads(done.read_text())
     steps = -(-s.budget // (s.groups_per_step * s.group_size)) * 4  # the budget, not the steps, ends the run
     args = GRPOArgs(
         env_id=env_id,
@@ -255,7 +260,8 @@ def train_arm(name: str, env_id: str, s: Settings, init_adapter: str | None) -> 
         temperature=s.temperature,
         init_adapter=init_adapter,
         dtype=s.dtype,
-        save_every=0,
+        save_every=1,  # each step is minutes on a CPU: an interrupted arm resumes from its last step
+        resume=str(out / "checkpoints") if (out / "checkpoints" / "latest").is_file() else None,
         seed=0,
         tensorboard=False,
         progress=False,
@@ -267,8 +273,8 @@ def train_arm(name: str, env_id: str, s: Settings, init_adapter: str | None) -> 
     adapter = out / "adapter"
     if not adapter.is_dir():
         trainer.policy.model.save_pretrained(adapter)
-    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return {
+    metrics = read_metrics(out / "metrics.jsonl")  # a resumed arm logs the steps after its checkpoint again
+    result = {
         "arm": name,
         "settings": ARMS[name],
         "adapter": str(adapter),
@@ -280,6 +286,8 @@ def train_arm(name: str, env_id: str, s: Settings, init_adapter: str | None) -> 
         "level": [m.get("level_mean") for m in metrics],
         "rescued": [m.get("rescue_success_rate") for m in metrics],
     }
+    done.write_text(json.dumps(result, indent=2) + "\n")
+    return result
 
 
 def paired(base: list[float], arm: list[float]) -> str:

@@ -557,6 +557,12 @@ class SFTSettings:
         "tokens per forward/backward past the shared prefix (~1.5 GB per 1,000 tokens in float32)",
         minimum=1,
     )
+    # a warm start on two CPU cores takes 40 min to 3 h (1-7 min per step): an interrupted one must not start over
+    save_every: int = knob(
+        1,
+        "checkpoint every N optimiser steps into OUT/checkpoints, where --resume continues from (0: never)",
+        minimum=0,
+    )
 
     min_episodes: ClassVar[int] = 1  # the pipeline's adapter fit allows 0 (no fit)
 
@@ -564,7 +570,8 @@ class SFTSettings:
         check_choices(self)
         _check_positive(self, "episodes", minimum=self.min_episodes)
         _check_positive(self, "epochs", "batch_size", "max_turns", "micro_batch_tokens")
-        _check_positive(self, "seed_offset", minimum=0)  # past the train split: refused by train_reset_seed
+        # a seed_offset past the train split is refused by train_reset_seed
+        _check_positive(self, "seed_offset", "save_every", minimum=0)
         if not self.lr > 0.0:
             raise ValueError(f"--lr must be > 0, got {self.lr}")
         if self.levels and self.difficulty is not None:
@@ -598,6 +605,10 @@ class SFTArgs(SFTSettings, EngineArgs, LoraArgs):
     lora_dropout: float = knob(0.0, "LoRA dropout")
     lora_target_modules: list[str] = knob(list(LORA_TARGETS), "modules that get a LoRA")
     dtype: str = knob("float32", "weights dtype (auto: bf16 only where this device computes it natively)")
+    resume: bool = knob(
+        False,
+        "continue from the last checkpoint in OUT/checkpoints when one is there (the run's settings must match)",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -8,9 +8,11 @@ tokens are trained. Only trajectories that score 1.0 when the rendered text is r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from trace_gym.registration import make_env
 from trace_gym.seeds import train_reset_seed
 from trace_train.config import SFTArgs
 from trace_train.engine.cached import common_prefix_length
+from trace_train.grpo.checkpoint import load_checkpoint, save_checkpoint
 from trace_train.grpo.logprobs import (
     PrefixKV,
     pad_batch,
@@ -33,6 +36,11 @@ from trace_train.policies.base import SamplingConfig
 from trace_train.policies.hf import HFPolicy, ensure_lora
 from trace_train.rollout import ResetSpec, Trajectory, collect
 from trace_train.tool_text import assistant_text
+
+# What a resumed fit must share with its checkpoint: every setting that changes the data, its order or the
+# updates (where it is written, how often it is saved and whether it is merged afterwards may change).
+FREE_ON_RESUME = frozenset({"out", "resume", "save_every", "merge"})
+RESUME_KEYS = tuple(sorted(f.name for f in dataclasses.fields(SFTArgs) if f.name not in FREE_ON_RESUME))
 
 
 def oracle_trajectories(
@@ -150,7 +158,37 @@ def backward_batch(
     return loss_value, seen, trained
 
 
+def resume_config(args: SFTArgs) -> dict[str, Any]:
+    """The run's settings as its checkpoints record them (JSON round trip: lists and tuples compare equal)."""
+    return json.loads(json.dumps({key: getattr(args, key) for key in RESUME_KEYS}, default=str))
+
+
+def batch_plan(n_data: int, batch_size: int, epochs: int, seed: int) -> list[tuple[int, list[int]]]:
+    """(epoch, data indexes) of every optimiser step, in the order any run with this seed takes them: a resumed
+    run skips the steps its checkpoint has done."""
+    rng = random.Random(seed)
+    plan = []
+    for epoch in range(epochs):
+        order = list(range(n_data))
+        rng.shuffle(order)
+        plan += [(epoch, order[b : b + batch_size]) for b in range(0, n_data, batch_size)]
+    return plan
+
+
+def _keep_only(root: Path, newest: Path) -> None:
+    """Drop every other step directory: each checkpoint holds the whole state, and a fit saves one per step."""
+    for old in root.glob("step-*"):
+        if old != newest:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
+    """Fit ``args.episodes`` oracle episodes of ``args.env_id``'s train split; writes OUT/adapter (and
+    OUT/merged with ``merge``), OUT/sft_metrics.jsonl and OUT/sft_summary.json.
+
+    Every ``save_every`` steps the adapter, optimiser, schedule and RNG states go to OUT/checkpoints (the newest
+    only); with ``resume`` a run continues from there and ends with the weights the uninterrupted run would
+    have (same machine), or refuses a checkpoint of other settings with :class:`CheckpointError`."""
     torch.manual_seed(args.seed)
     random.seed(args.seed)
     policy = policy or HFPolicy.from_pretrained(args.model, lora=args.lora(), dtype=args.dtype)
@@ -171,52 +209,71 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
 
         enable_gradient_checkpointing(model)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr)
-    steps_total = args.epochs * math.ceil(len(data) / args.batch_size)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 - s / max(steps_total, 1))
+    plan = batch_plan(len(data), args.batch_size, args.epochs, args.seed)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 - s / max(len(plan), 1))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    log = open(out / "sft_metrics.jsonl", "w", encoding="utf-8")  # noqa: SIM115
+    checkpoints, config = out / "checkpoints", resume_config(args)
+    state: dict[str, Any] = {"step": 0, "losses": [], "seen_tokens": 0, "trained_tokens": 0}
+    state.update(train_seconds=0.0, train_cpu_seconds=0.0)
+    if args.resume and (checkpoints / "latest").is_file():
+        state = load_checkpoint(checkpoints, model, opt, config, keys=RESUME_KEYS)
+        sched.load_state_dict(state.pop("scheduler"))
+    else:
+        shutil.rmtree(checkpoints, ignore_errors=True)  # another run's state must never be resumed
+    resumed_from = state["step"]
+    metrics_path = out / "sft_metrics.jsonl"
+    kept = []  # steps logged after the checkpoint was written are done again
+    if resumed_from and metrics_path.is_file():
+        kept = [
+            line for line in metrics_path.read_text().splitlines() if json.loads(line)["step"] <= resumed_from
+        ]
+    metrics_path.write_text("".join(line + "\n" for line in kept))
+    log = open(metrics_path, "a", encoding="utf-8")  # noqa: SIM115
     model.train()
-    step, t0, cpu0 = 0, time.perf_counter(), time.process_time()
-    rng = random.Random(args.seed)
-    losses = []
-    seen_tokens = trained_tokens = 0
-    for epoch in range(args.epochs):
-        order = list(range(len(data)))
-        rng.shuffle(order)
-        for b in range(0, len(order), args.batch_size):
-            batch = [data[i] for i in order[b : b + args.batch_size]]
-            loss_value, seen, trained = backward_batch(
-                model, policy, batch, args.micro_batch_tokens, args.engine
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    seconds_before, cpu_before = state["train_seconds"], state["train_cpu_seconds"]
+    for epoch, indexes in plan[resumed_from:]:
+        batch = [data[i] for i in indexes]
+        loss_value, seen, trained = backward_batch(model, policy, batch, args.micro_batch_tokens, args.engine)
+        if not math.isfinite(loss_value):
+            raise FloatingPointError(f"non-finite SFT loss at step {state['step']}")
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        state["step"] += 1
+        state["losses"].append(loss_value)
+        state["seen_tokens"] += seen
+        state["trained_tokens"] += trained
+        state["train_seconds"] = seconds_before + time.perf_counter() - t0
+        state["train_cpu_seconds"] = cpu_before + time.process_time() - cpu0
+        log.write(json.dumps({"step": state["step"], "epoch": epoch, "loss": loss_value}) + "\n")
+        log.flush()
+        if args.save_every and (state["step"] % args.save_every == 0 or state["step"] == len(plan)):
+            newest = save_checkpoint(
+                checkpoints, state["step"], model, opt, {**state, "scheduler": sched.state_dict()}, config
             )
-            if not math.isfinite(loss_value):
-                raise FloatingPointError(f"non-finite SFT loss at step {step}")
-            seen_tokens += seen
-            trained_tokens += trained
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            losses.append(loss_value)
-            log.write(json.dumps({"step": step, "epoch": epoch, "loss": loss_value}) + "\n")
-            log.flush()
+            _keep_only(checkpoints, newest)
     log.close()
-    train_seconds, train_cpu_seconds = time.perf_counter() - t0, time.process_time() - cpu0
+    train_seconds, train_cpu_seconds = state["train_seconds"], state["train_cpu_seconds"]
     model.save_pretrained(out / "adapter")
     policy.tokenizer.save_pretrained(out / "adapter")
+    losses = state["losses"]
     summary = {
         "trajectories": len(trajs),
         "oracle_failures": failed,
-        "steps": step,
+        "steps": state["step"],
+        "resumed_from_step": resumed_from,
         "first_loss": losses[0],
         "final_loss": losses[-1],
-        "seconds": time.perf_counter() - t0,
+        "seconds": seconds_before + time.perf_counter() - t0,  # with saving the adapter
         "train_seconds": train_seconds,
-        "tokens_per_s": seen_tokens / max(train_seconds, 1e-9),  # all tokens of the trained sequences
-        "agent_tokens_per_s": trained_tokens / max(train_seconds, 1e-9),
+        # tokens_per_s counts all tokens of the trained sequences, agent_tokens_per_s the trained ones
+        "tokens_per_s": state["seen_tokens"] / max(train_seconds, 1e-9),
+        "agent_tokens_per_s": state["trained_tokens"] / max(train_seconds, 1e-9),
         "train_cpu_seconds": train_cpu_seconds,  # CPU time of this process (steadier than wall on a shared host)
-        "tokens_per_cpu_s": seen_tokens / max(train_cpu_seconds, 1e-9),
+        "tokens_per_cpu_s": state["seen_tokens"] / max(train_cpu_seconds, 1e-9),
         "engine": args.engine,
         "tool_format": args.tool_format,
         "peak_rss_mb": peak_rss_mb(),
@@ -228,4 +285,5 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
         policy.tokenizer.save_pretrained(out / "merged")
         summary["merged"] = str(out / "merged")
     (out / "sft_summary.json").write_text(json.dumps(summary, indent=2))
+    shutil.rmtree(checkpoints, ignore_errors=True)  # the fit is done: its adapter is the state that matters
     return summary

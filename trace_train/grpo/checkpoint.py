@@ -109,15 +109,17 @@ def load_checkpoint(
     config: dict[str, Any],
     rank: int = 0,
     world_size: int = 1,
+    keys: tuple[str, ...] = RESUME_KEYS,
 ) -> dict[str, Any]:
-    """Restore everything in place and return the trainer state; raise CheckpointError with the reason."""
+    """Restore everything in place and return the trainer state; raise CheckpointError with the reason.
+    ``keys``: the settings that must equal the checkpoint's (GRPO's by default)."""
     ckpt = find_checkpoint(path)
     try:
         saved_config = json.loads((ckpt / "config.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{ckpt}: unreadable config.json ({e})") from e
     mismatched = {
-        k: (saved_config.get(k), config.get(k)) for k in RESUME_KEYS if saved_config.get(k) != config.get(k)
+        k: (saved_config.get(k), config.get(k)) for k in keys if saved_config.get(k) != config.get(k)
     }
     if mismatched:
         detail = ", ".join(f"{k}: checkpoint={a!r} now={b!r}" for k, (a, b) in mismatched.items())

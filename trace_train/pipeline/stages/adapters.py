@@ -165,6 +165,7 @@ def _sft_warmup(
                 lora_rank=cfg.base.lora_rank,
                 lora_alpha=cfg.base.lora_alpha,
                 dtype=cfg.base.dtype,
+                resume=True,  # an interrupted stage continues the fit from its last checkpoint
             )
         )
         summary["wall_s"] = round(time.time() - started, 1)

@@ -6,6 +6,7 @@ configured model itself, or the smoke-test tiny model), and ``result["trained_on
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -42,20 +43,26 @@ def run(ctx: StageContext) -> dict[str, Any]:
         ctx.log(
             f"warm start {i + 1}/{len(envs)}: SFT on {len(seeds)} oracle episodes of {env_id} (train split)"
         )
-        summary = run_sft(
-            SFTArgs(
-                **settings_of(warm, SFTSettings),
-                **settings_of(base, EngineArgs),
-                env_id=env_id,
-                model=model,
-                out=str(ctx.dir / f"sft-{i}"),
-                seed=cfg.seed,
-                merge=True,
-                lora_rank=base.lora_rank,
-                lora_alpha=base.lora_alpha,
-                dtype=base.dtype,
+        out = ctx.dir / f"sft-{i}"
+        done = out / "sft_summary.json"
+        if done.is_file() and (out / "merged").is_dir():  # a resumed stage keeps the fits it finished
+            summary = json.loads(done.read_text())
+        else:
+            summary = run_sft(
+                SFTArgs(
+                    **settings_of(warm, SFTSettings),
+                    **settings_of(base, EngineArgs),
+                    env_id=env_id,
+                    model=model,
+                    out=str(out),
+                    seed=cfg.seed,
+                    merge=True,
+                    lora_rank=base.lora_rank,
+                    lora_alpha=base.lora_alpha,
+                    dtype=base.dtype,
+                    resume=True,  # an interrupted stage continues the fit from its last checkpoint
+                )
             )
-        )
         model = summary["merged"]
         trained_on.append(
             {
