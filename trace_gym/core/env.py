@@ -30,7 +30,6 @@ Options of ``reset``
 
 from __future__ import annotations
 
-import copy
 import json
 import reprlib
 from abc import abstractmethod
@@ -45,7 +44,7 @@ from trace_gym.core.spaces import AssistantTurnSpace, ChatObservationSpace
 from trace_gym.core.splits import TEST_SHARE, draw_in_split
 from trace_gym.worlds.tools import State, Tool
 from trace_gym.worlds.user import UserSimulator
-from trace_gym.worlds.world import InvalidKind, World, canonical_json
+from trace_gym.worlds.world import InvalidKind, World, canonical_json, clone
 
 Label = Literal["PRESENT", "LACKING"]
 
@@ -203,7 +202,7 @@ class ChatToolEnv(gym.Env[list, Any]):
         ]
         self.calls, self.agent_messages = [], []
         self.turn, self.invalid_turns, self.over = 0, 0, False
-        self._episode_tools = copy.deepcopy(self.tools)
+        self._episode_tools = clone(self.tools)  # JSON schemas: the plain-data copy, ~5x faster than deepcopy
         info = self._info()
         info["base_system_prompt"] = episode.system_prompt
         info["difficulty"] = self.episode_difficulty

@@ -203,7 +203,7 @@ class IdMaker:
 
     def digits(self, count: int, prefix: str = "") -> str:
         while True:
-            value = prefix + "".join(str(int(d)) for d in self.rng.integers(0, 10, size=count))
+            value = prefix + "".join(map(str, self.rng.integers(0, 10, size=count).tolist()))
             if value[len(prefix)] != "0" and value not in self.used:
                 self.used.add(value)
                 return value
