@@ -117,6 +117,7 @@ def _warm_start(args: DemoArgs, out: Path, record, console: Console) -> dict[str
             max_turns=max(args.max_turns, 8),
             seed=args.seed,
             seed_offset=SFT_SEED_OFFSET,
+            resume=True,  # a rerun continues an interrupted warm start
         )
     )
     record(phase="sft", **{k: v for k, v in sft.items() if k != "adapter"})

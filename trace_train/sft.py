@@ -23,7 +23,7 @@ from trace_gym.registration import make_env
 from trace_gym.seeds import train_reset_seed
 from trace_train.config import SFTArgs
 from trace_train.engine.cached import common_prefix_length
-from trace_train.grpo.checkpoint import load_checkpoint, save_checkpoint
+from trace_train.grpo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from trace_train.grpo.logprobs import (
     PrefixKV,
     pad_batch,
@@ -188,7 +188,8 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
 
     Every ``save_every`` steps the adapter, optimiser, schedule and RNG states go to OUT/checkpoints (the newest
     only); with ``resume`` a run continues from there and ends with the weights the uninterrupted run would
-    have (same machine), or refuses a checkpoint of other settings with :class:`CheckpointError`."""
+    have (same machine), or refuses a checkpoint of other settings with :class:`CheckpointError`; without
+    ``resume`` a checkpoint there is refused too (an interrupted fit's progress is not overwritten)."""
     torch.manual_seed(args.seed)
     random.seed(args.seed)
     policy = policy or HFPolicy.from_pretrained(args.model, lora=args.lora(), dtype=args.dtype)
@@ -216,11 +217,14 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
     checkpoints, config = out / "checkpoints", resume_config(args)
     state: dict[str, Any] = {"step": 0, "losses": [], "seen_tokens": 0, "trained_tokens": 0}
     state.update(train_seconds=0.0, train_cpu_seconds=0.0)
-    if args.resume and (checkpoints / "latest").is_file():
+    if (checkpoints / "latest").is_file():
+        if not args.resume:  # an interrupted fit's progress is never thrown away unasked
+            raise CheckpointError(
+                f"{checkpoints} holds an interrupted run's checkpoint: pass --resume to continue it, or give "
+                "another --out (or delete that directory) to start over"
+            )
         state = load_checkpoint(checkpoints, model, opt, config, keys=RESUME_KEYS)
         sched.load_state_dict(state.pop("scheduler"))
-    else:
-        shutil.rmtree(checkpoints, ignore_errors=True)  # another run's state must never be resumed
     resumed_from = state["step"]
     metrics_path = out / "sft_metrics.jsonl"
     kept = []  # steps logged after the checkpoint was written are done again

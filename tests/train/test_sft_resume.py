@@ -67,14 +67,18 @@ def test_an_interrupted_fit_resumes_to_the_uninterrupted_weights(tiny_model_dir,
     assert not moved, f"resumed weights differ from the uninterrupted fit's: {moved[:3]}"
 
 
-def test_without_resume_a_rerun_starts_over(tiny_model_dir, tmp_path, monkeypatch):
+def test_without_resume_an_interrupted_fit_is_refused_not_overwritten(tiny_model_dir, tmp_path, monkeypatch):
     out = tmp_path / "fit"
     with monkeypatch.context() as patch:
         interrupt_at_step(patch, 3)
         with pytest.raises(KeyboardInterrupt):
             sft.run_sft(fit_args(out, tiny_model_dir))
-    again = sft.run_sft(fit_args(out, tiny_model_dir))
-    assert again["resumed_from_step"] == 0 and [s for s, _ in logged_losses(out)] == [1, 2, 3, 4, 5, 6]
+    with pytest.raises(CheckpointError, match="pass --resume to continue it"):
+        sft.run_sft(fit_args(out, tiny_model_dir))
+    assert [p.name for p in (out / "checkpoints").glob("step-*")] == ["step-0000002"]
+    assert [step for step, _ in logged_losses(out)] == [1, 2]
+    again = sft.run_sft(fit_args(out, tiny_model_dir, resume=True))
+    assert again["resumed_from_step"] == 2 and [s for s, _ in logged_losses(out)] == [1, 2, 3, 4, 5, 6]
 
 
 def test_resume_refuses_a_checkpoint_of_other_settings_or_a_corrupt_one(
