@@ -177,6 +177,7 @@ def evaluate(
 
     inputs, env_specs = evaluation_inputs(policy_dir, adapter, env_id, s, target_specs)
     path = s.out / "evals" / f"{label}.json"
+    half = path.with_suffix(".env.json")  # the env half, kept until the target half is done too
     if path.is_file():
         kept = json.loads(path.read_text())
         if kept.get("inputs") == inputs:
@@ -184,9 +185,14 @@ def evaluate(
             return kept["env_success"], kept["target_rewards"]
     started = time.time()
     policy = make_policy(policy_dir, adapter=adapter, dtype=s.dtype)
-    env_success = [r["reward"] >= 1.0 for r in episodes(policy, env_id, env_specs, s)]
-    target_rewards = [float(r["reward"]) for r in episodes(policy, s.target, target_specs, s)]
     path.parent.mkdir(parents=True, exist_ok=True)
+    kept_half = json.loads(half.read_text()) if half.is_file() else {}
+    if kept_half.get("inputs") == inputs:
+        env_success = kept_half["env_success"]
+    else:
+        env_success = [r["reward"] >= 1.0 for r in episodes(policy, env_id, env_specs, s)]
+        half.write_text(json.dumps({"inputs": inputs, "env_success": env_success}) + "\n")
+    target_rewards = [float(r["reward"]) for r in episodes(policy, s.target, target_specs, s)]
     record = {
         "inputs": inputs,
         "env_success": env_success,
@@ -195,6 +201,7 @@ def evaluate(
         "cpu": cpu_name(),
     }
     path.write_text(json.dumps(record, indent=2) + "\n")
+    half.unlink(missing_ok=True)
     return env_success, target_rewards
 
 
