@@ -215,3 +215,37 @@ def test_a_stages_freed_heap_is_released_before_the_next_stage(tmp_path):
     ).run()
     state = json.loads((tmp_path / "run" / "01-frag" / "stage.json").read_text())
     assert state["peak_rss_mb"] - state["rss_after_release_mb"] > 400
+
+
+def as_if_recorded_by_older_code(tmp_path, stage_dir: str, edit) -> None:
+    """Rewrite a finished stage's record as an older version of the code would have written it: its config
+    edited by ``edit`` and an input hash of its own."""
+    directory = tmp_path / "run" / stage_dir
+    recorded = json.loads((directory / "config.json").read_text())
+    edit(recorded["sections"]["adapters"])
+    (directory / "config.json").write_text(json.dumps(recorded))
+    state = json.loads((directory / "stage.json").read_text())
+    (directory / "stage.json").write_text(json.dumps({**state, "input_hash": "hash-of-older-code"}))
+
+
+def test_a_code_update_that_adds_settings_at_their_defaults_keeps_finished_stages(tmp_path):
+    calls = Calls()
+    assert run(tmp_path, calls) == ["ran", "ran", "ran"]
+    # the knob `lr` did not exist when the stage ran: today it holds its default, so nothing changed
+    as_if_recorded_by_older_code(tmp_path, "02-second", lambda section: section.pop("lr"))
+    assert run(tmp_path, calls) == ["skipped", "skipped", "skipped"]
+    state = json.loads((tmp_path / "run" / "02-second" / "stage.json").read_text())
+    assert state["input_hash"] != "hash-of-older-code"  # recorded under today's inputs from now on
+    assert run(tmp_path, calls) == ["skipped", "skipped", "skipped"]
+    # ... but set to anything else, the new knob is a new input (the toy stage's output does not read it: the
+    # stage after it is kept)
+    as_if_recorded_by_older_code(tmp_path, "02-second", lambda section: section.pop("lr"))
+    assert run(tmp_path, calls, adapters={"lr": 0.5}) == ["skipped", "ran", "skipped"]
+
+
+def test_how_often_a_stage_saves_is_not_an_input_but_a_removed_setting_is(tmp_path):
+    calls = Calls()
+    assert run(tmp_path, calls, adapters={"save_every": 1}) == ["ran", "ran", "ran"]
+    assert run(tmp_path, calls, adapters={"save_every": 5}) == ["skipped", "skipped", "skipped"]
+    as_if_recorded_by_older_code(tmp_path, "02-second", lambda section: section.update(retired_knob=3))
+    assert run(tmp_path, calls, adapters={"save_every": 5}) == ["skipped", "ran", "skipped"]

@@ -11,6 +11,9 @@ On ``run``, per stage in order:
 * ``running`` (interrupted) with the same input hash: run again with ``resume=True`` in the same folder
   (rollouts keep finished episodes, GRPO continues from its last checkpoint);
 * otherwise (new, changed inputs, failed, or forced with ``--from``): the folder is emptied and the stage runs.
+
+A different input hash over the same inputs counts as the same (:func:`same_inputs_as_recorded`): a recorded
+config that lacks settings a code update added at their defaults, or differs only in how often it saves.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from trace_train.pipeline.config import RunConfig
 from trace_train.pipeline.progress import Reporter
 
 STATE_FILE, CONFIG_FILE = "stage.json", "config.json"
+# Settings that change how often a stage saves or how it reports, never its result: changing one alone keeps a
+# stage's inputs the same.
+OPERATIONAL_KEYS = frozenset({"save_every", "progress", "tensorboard"})
 # Outputs that do not identify a stage's result: checkpoints and logs written on the way.
 UNHASHED_DIRS = {"checkpoints", "tensorboard", "__pycache__"}
 
@@ -88,6 +94,26 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def same_inputs_as_recorded(recorded: Any, now: Any, defaults: Any) -> bool:
+    """Whether a stage's recorded config (its ``config.json``) and today's describe the same inputs although
+    their hashes differ: equal once :data:`OPERATIONAL_KEYS` are left out, and every setting the record lacks
+    holds its default today (a knob a code update added, which the finished work did not see as anything but
+    that default). ``defaults`` is today's config of the stage with every setting at its default; a setting
+    the record has and today's config lacks (a removed knob) makes them differ."""
+    if isinstance(recorded, dict) and isinstance(now, dict):
+        defaults = defaults if isinstance(defaults, dict) else {}
+        for key in recorded.keys() | now.keys():
+            if key in OPERATIONAL_KEYS:
+                continue
+            if key not in recorded:
+                if key not in defaults or now[key] != defaults[key]:
+                    return False
+            elif key not in now or not same_inputs_as_recorded(recorded[key], now[key], defaults.get(key)):
+                return False
+        return True
+    return recorded == now
+
+
 def hash_outputs(directory: Path, result: dict[str, Any]) -> str:
     """SHA-256 over every output file (path + bytes) and the result, skipping state and scratch."""
     h = hashlib.sha256()
@@ -132,11 +158,24 @@ class Pipeline:
         except json.JSONDecodeError:
             return None  # a state file cut by a crash: treat the stage as never run
 
-    def stage_config(self, stage: Stage, upstream_hashes: dict[str, str]) -> dict[str, Any]:
-        cfg = {"stage": stage.name, "version": stage.version, "seed": self.config.seed}
-        cfg["sections"] = {s: self.config.section(s) for s in stage.sections}
+    def stage_config(
+        self, stage: Stage, upstream_hashes: dict[str, str], config: RunConfig | None = None
+    ) -> dict[str, Any]:
+        config = config or self.config
+        cfg = {"stage": stage.name, "version": stage.version, "seed": config.seed}
+        cfg["sections"] = {s: config.section(s) for s in stage.sections}
         cfg["upstream"] = upstream_hashes
         return cfg
+
+    def matches_record(self, stage: Stage, cfg: dict[str, Any]) -> bool:
+        """Whether the stage's recorded config describes the same inputs as ``cfg`` (see
+        :func:`same_inputs_as_recorded`)."""
+        try:
+            recorded = json.loads((self.stage_dir(stage) / CONFIG_FILE).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return False
+        defaults = self.stage_config(stage, cfg["upstream"], RunConfig())
+        return same_inputs_as_recorded(recorded, json.loads(canonical(cfg)), json.loads(canonical(defaults)))
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
@@ -176,6 +215,16 @@ class Pipeline:
         input_hash = sha256_text(canonical(cfg))
         state = self.read_state(stage)
         same_inputs = state is not None and state.get("input_hash") == input_hash
+        if state is not None and not same_inputs and not forced and self.matches_record(stage, cfg):
+            # finished (or interrupted) work is kept across a code update that only added settings at their
+            # defaults, or a change of how often it saves: it is recorded under today's inputs from now on
+            same_inputs = True
+            state["input_hash"] = input_hash
+            (directory / CONFIG_FILE).write_text(json.dumps(cfg, indent=2, default=str) + "\n")
+            self._write_state(directory, state)
+            self.reporter.line(
+                f"== {stage.name}: inputs unchanged but for new defaults or how often it saves"
+            )
         if not forced and same_inputs and state["status"] == "done":
             hashes[stage.name] = state["output_hash"]
             self.reporter.line(f"== {stage.name}: finished earlier, inputs unchanged: skipped")
