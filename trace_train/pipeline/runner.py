@@ -73,7 +73,9 @@ class Stage:
     run: Callable[[StageContext], dict[str, Any]]
     sections: tuple[str, ...]  # config sections (top-level keys) the stage reads
     needs: tuple[str, ...] = ()  # stages whose results or files it reads
-    version: int = 1  # bump when the stage's code changes what it produces
+    # bump when the stage's code changes what it produces (a new knob whose default does not reproduce the old
+    # behaviour included: a record without the knob is otherwise taken as made at its default)
+    version: int = 1
     doc: str = ""
 
 
