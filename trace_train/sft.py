@@ -182,6 +182,25 @@ def _keep_only(root: Path, newest: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
+def _finished_fit(args: SFTArgs) -> dict[str, Any] | None:
+    """With ``resume``, the summary of the fit OUT already holds when it was made with these settings (and its
+    adapter, and merged model where asked, are there); a finished fit of other settings is refused."""
+    out = Path(args.out)
+    done = out / "sft_summary.json"
+    if not args.resume or not done.is_file() or not (out / "adapter").is_dir():
+        return None
+    summary = json.loads(done.read_text())
+    settings, now = summary.get("settings"), resume_config(args)
+    if settings is None or (args.merge and not (out / "merged").is_dir()):
+        return None  # an older summary (no settings recorded), or the merged model is missing: fit again
+    if settings != now:
+        detail = ", ".join(
+            f"{k}: fit={settings.get(k)!r} now={now.get(k)!r}" for k in now if settings.get(k) != now[k]
+        )
+        raise CheckpointError(f"{out} holds a finished fit of other settings ({detail}); give another --out")
+    return summary
+
+
 def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
     """Fit ``args.episodes`` oracle episodes of ``args.env_id``'s train split; writes OUT/adapter (and
     OUT/merged with ``merge``), OUT/sft_metrics.jsonl and OUT/sft_summary.json.
@@ -189,7 +208,11 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
     Every ``save_every`` steps the adapter, optimiser, schedule and RNG states go to OUT/checkpoints (the newest
     only); with ``resume`` a run continues from there and ends with the weights the uninterrupted run would
     have (same machine), or refuses a checkpoint of other settings with :class:`CheckpointError`; without
-    ``resume`` a checkpoint there is refused too (an interrupted fit's progress is not overwritten)."""
+    ``resume`` a checkpoint there is refused too (an interrupted fit's progress is not overwritten). With
+    ``resume``, a fit OUT already finished with these settings is returned as it is."""
+    finished = _finished_fit(args)
+    if finished is not None:
+        return finished
     torch.manual_seed(args.seed)
     random.seed(args.seed)
     policy = policy or HFPolicy.from_pretrained(args.model, lora=args.lora(), dtype=args.dtype)
@@ -282,6 +305,7 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
         "tool_format": args.tool_format,
         "peak_rss_mb": peak_rss_mb(),
         "adapter": str(out / "adapter"),
+        "settings": config,  # what a --resume of a finished fit compares
     }
     if args.merge:
         merged = model.merge_and_unload()

@@ -107,3 +107,18 @@ def test_the_batch_plan_is_the_same_for_every_run_of_a_seed():
     assert [epoch for epoch, _ in plan] == [0, 0, 0, 1, 1, 1]
     for epoch in (0, 1):  # each epoch sees every episode once
         assert sorted(i for e, batch in plan if e == epoch for i in batch) == [0, 1, 2, 3, 4]
+
+
+def test_resume_of_a_finished_fit_returns_it_and_refuses_other_settings(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    out = tmp_path / "fit"
+    whole = sft.run_sft(fit_args(out, tiny_model_dir, merge=True))
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("a finished fit was fitted again")
+
+    monkeypatch.setattr(sft, "oracle_trajectories", no_fit)
+    assert sft.run_sft(fit_args(out, tiny_model_dir, merge=True, resume=True)) == whole
+    with pytest.raises(CheckpointError, match=r"finished fit of other settings \(lr: fit=0.01 now=0.02\)"):
+        sft.run_sft(fit_args(out, tiny_model_dir, lr=2e-2, resume=True))
