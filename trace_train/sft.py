@@ -252,9 +252,13 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
     metrics_path = out / "sft_metrics.jsonl"
     kept = []  # steps logged after the checkpoint was written are done again
     if resumed_from and metrics_path.is_file():
-        kept = [
-            line for line in metrics_path.read_text().splitlines() if json.loads(line)["step"] <= resumed_from
-        ]
+        for line in metrics_path.read_text().splitlines():
+            try:
+                step = json.loads(line)["step"]
+            except (ValueError, KeyError, TypeError):  # a line cut by the kill: its step is done again
+                continue
+            if step <= resumed_from:
+                kept.append(line)
     metrics_path.write_text("".join(line + "\n" for line in kept))
     log = open(metrics_path, "a", encoding="utf-8")  # noqa: SIM115
     model.train()

@@ -56,6 +56,8 @@ def test_an_interrupted_fit_resumes_to_the_uninterrupted_weights(tiny_model_dir,
             sft.run_sft(fit_args(out, tiny_model_dir))
     # one checkpoint, the newest: steps 1-3 are done
     assert [p.name for p in (out / "checkpoints").glob("step-*")] == ["step-0000003"]
+    with open(out / "sft_metrics.jsonl", "a") as log:  # a kill may cut the last line it wrote
+        log.write('{"step": 4, "epo')
     resumed = sft.run_sft(fit_args(out, tiny_model_dir, resume=True))
 
     assert resumed["resumed_from_step"] == 3 and resumed["steps"] == 6
