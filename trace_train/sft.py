@@ -23,7 +23,7 @@ from trace_gym.registration import make_env
 from trace_gym.seeds import train_reset_seed
 from trace_train.config import SFTArgs
 from trace_train.engine.cached import common_prefix_length
-from trace_train.grpo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from trace_train.grpo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, settings_mismatch
 from trace_train.grpo.logprobs import (
     PrefixKV,
     pad_batch,
@@ -194,9 +194,7 @@ def _finished_fit(args: SFTArgs) -> dict[str, Any] | None:
     if settings is None or (args.merge and not (out / "merged").is_dir()):
         return None  # an older summary (no settings recorded), or the merged model is missing: fit again
     if settings != now:
-        detail = ", ".join(
-            f"{k}: fit={settings.get(k)!r} now={now.get(k)!r}" for k in now if settings.get(k) != now[k]
-        )
+        detail = settings_mismatch(settings, now, now, saved_as="fit")
         raise CheckpointError(f"{out} holds a finished fit of other settings ({detail}); give another --out")
     return summary
 

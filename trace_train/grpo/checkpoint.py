@@ -102,6 +102,13 @@ def find_checkpoint(path: Path) -> Path:
     return path
 
 
+def settings_mismatch(saved: dict[str, Any], now: dict[str, Any], keys, saved_as: str = "checkpoint") -> str:
+    """``key: <saved_as>=old now=new`` for every key of ``keys`` whose values differ ("" when none do)."""
+    return ", ".join(
+        f"{k}: {saved_as}={saved.get(k)!r} now={now.get(k)!r}" for k in keys if saved.get(k) != now.get(k)
+    )
+
+
 def load_checkpoint(
     path: Path,
     model: PeftModel,
@@ -118,11 +125,8 @@ def load_checkpoint(
         saved_config = json.loads((ckpt / "config.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{ckpt}: unreadable config.json ({e})") from e
-    mismatched = {
-        k: (saved_config.get(k), config.get(k)) for k in keys if saved_config.get(k) != config.get(k)
-    }
-    if mismatched:
-        detail = ", ".join(f"{k}: checkpoint={a!r} now={b!r}" for k, (a, b) in mismatched.items())
+    detail = settings_mismatch(saved_config, config, keys)
+    if detail:
         raise CheckpointError(f"checkpoint {ckpt} does not match this run ({detail})")
     try:
         blob = torch.load(ckpt / "trainer.pt", map_location="cpu", weights_only=False)
