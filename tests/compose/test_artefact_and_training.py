@@ -91,6 +91,27 @@ def test_resume_refuses_another_setup(trained, compose_base, adapters, tmp_path)
         compose(args_for(compose_base, adapters, out, steps=6, resume=True, batch_size=1))
 
 
+def test_resume_reads_older_checkpoints_and_names_what_differs(trained, compose_base, adapters, tmp_path):
+    import shutil
+
+    from trace_train.grpo.checkpoint import CheckpointError, find_checkpoint
+
+    out = tmp_path / "run"
+    shutil.copytree(trained[0], out)
+    config = find_checkpoint(out / "checkpoints") / "config.json"
+    saved = json.loads(config.read_text())
+    # a checkpoint written before base_bias existed lacks it: its default then is not a difference
+    config.write_text(json.dumps({k: v for k, v in saved.items() if k != "base_bias"}))
+    assert compose(args_for(compose_base, adapters, out, steps=5, resume=True))["step"] == 5
+    config = find_checkpoint(out / "checkpoints") / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "base_bias": 7.0}))
+    with pytest.raises(CheckpointError, match=r"base_bias: checkpoint=7\.0 now="):
+        compose(args_for(compose_base, adapters, out, steps=6, resume=True))
+    config.write_text('{"adapters": ')  # torn by a kill
+    with pytest.raises(CheckpointError, match="unreadable config.json"):
+        compose(args_for(compose_base, adapters, out, steps=6, resume=True))
+
+
 @torch.no_grad()
 def test_save_load_round_trip_is_exact(composition, tmp_path, compose_base):
     randomise_gates(composition, seed=5)

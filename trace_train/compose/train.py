@@ -32,7 +32,13 @@ from trace_train.compose.config import RESUME_KEYS, ComposeArgs
 from trace_train.compose.data import GateExample, collect_gate_data
 from trace_train.compose.losses import IGNORE, balance_loss, label_loss, lm_loss_from_hidden
 from trace_train.compose.model import Composition
-from trace_train.grpo.checkpoint import CheckpointError, find_checkpoint, rng_state, set_rng_state
+from trace_train.grpo.checkpoint import (
+    CheckpointError,
+    find_checkpoint,
+    rng_state,
+    set_rng_state,
+    settings_mismatch,
+)
 from trace_train.metrics import MetricsLogger, peak_rss_mb
 from trace_train.models import load_model, resolve_model
 
@@ -235,17 +241,15 @@ class GateTrainer:
 
     def load_checkpoint(self) -> None:
         ckpt = find_checkpoint(self.out / "checkpoints")
-        saved = json.loads((ckpt / "config.json").read_text())
-        now = self._config()
+        try:
+            saved = json.loads((ckpt / "config.json").read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise CheckpointError(f"{ckpt}: unreadable config.json ({e})") from e
         # a key a checkpoint of an older version lacks had its default then
         defaults = {f.name: f.default for f in dataclasses.fields(ComposeArgs)}
-        mismatched = [
-            f"{k}: checkpoint={saved.get(k, defaults.get(k))!r} now={now.get(k)!r}"
-            for k in RESUME_KEYS
-            if saved.get(k, defaults.get(k)) != now.get(k)
-        ]
-        if mismatched:
-            raise CheckpointError(f"checkpoint {ckpt} does not match this run ({', '.join(mismatched)})")
+        detail = settings_mismatch({**defaults, **saved}, self._config(), RESUME_KEYS)
+        if detail:
+            raise CheckpointError(f"checkpoint {ckpt} does not match this run ({detail})")
         try:
             gates = load_file(str(ckpt / "gates.safetensors"))
             blob = torch.load(ckpt / "trainer.pt", weights_only=False)
