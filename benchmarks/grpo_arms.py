@@ -397,8 +397,6 @@ def main(argv: list[str] | None = None) -> None:
     if s.sft_episodes:
         summary = fit_sft(env_id, s)
         init_adapter = summary["adapter"]
-        sft_env, sft_target = evaluate("sft", s.policy, init_adapter, env_id, s, specs)
-        sft = {**summary, "env_success": sft_env, "target_rewards": sft_target}
         print(
             f"sft: {s.sft_episodes} episodes, loss {summary.get('first_loss')} -> {summary.get('final_loss')}"
         )
@@ -411,6 +409,9 @@ def main(argv: list[str] | None = None) -> None:
             f"{name}: {r['rollouts']} rollouts, {r['train_wall_s']} s, informative {r['informative']}",
             flush=True,
         )
+    if s.sft_episodes:  # after the arms, the run's question: an interrupted run has their rows first
+        sft_env, sft_target = evaluate("sft", s.policy, init_adapter, env_id, s, specs)
+        sft = {**summary, "env_success": sft_env, "target_rewards": sft_target}
     print(
         f"\nbase: env (deepest start) {sum(base_env)}/{len(base_env)}, target {sum(x >= 1.0 for x in base_target)}/{len(specs)}"
     )

@@ -4,7 +4,8 @@
 # (adaptive start depth, shaped reward, rescue hints) first, the fixed arm after it (ARMS=all to stop there).
 # The policy is the demo's warm start, made first when missing (`trace run ... --until base`).
 # Wall time, 2 cores: warm start ~40 min on Sapphire Rapids (AMX, bf16), ~2-3 h on an AVX2-only CPU (float32, 4-7 min
-# per SFT step); then base evaluation ~19 min, the fit ~17 min, its evaluation ~19 min, each arm ~30 min.
+# per SFT step); then base evaluation ~19 min, the fit ~17 min, each arm ~30 min and its evaluation ~19 min, the
+# fit's evaluation last (~19 min) (Sapphire Rapids figures; about 1.6x that on the AVX2-only CPU).
 # A rerun continues where an interrupted one stopped: the warm start and the fit from their last SFT step, an arm
 # from its last GRPO step (checkpoints); finished arms and every evaluation whose inputs are unchanged are reused.
 # VARIANT=decision runs the level-1 fit alone (--arms none), for the same-session comparison.
