@@ -292,6 +292,7 @@ def train_arm(name: str, env_id: str, s: Settings, init_adapter: str | None) -> 
         "reward": [m.get("reward_mean") for m in metrics],
         "level": [m.get("level_mean") for m in metrics],
         "rescued": [m.get("rescue_success_rate") for m in metrics],
+        "rollouts_total": [m.get("rollouts_total") for m in metrics],  # spent by the end of each step
     }
     done.write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -307,19 +308,24 @@ def paired(base: list[float], arm: list[float]) -> str:
 
 
 def plot(results: list[dict[str, Any]], path: Path) -> None:
+    """Informative-group share, training reward and mean start depth per step, against the rollouts spent."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.5))
     for r in results:
-        steps = range(1, len(r["informative"]) + 1)
-        axes[0].plot(steps, r["informative"], marker="o", label=r["arm"])
-        axes[1].plot(steps, r["reward"], marker="o", label=r["arm"])
-    axes[0].set(title="informative-group share", xlabel="step", ylim=(-0.05, 1.05))
-    axes[1].set(title="mean training reward", xlabel="step", ylim=(-0.05, 1.05))
-    axes[0].legend()
+        # arms run before rollouts_total was recorded are drawn per step
+        spent = r.get("rollouts_total") or list(range(1, len(r["informative"]) + 1))
+        for ax, key in zip(axes, ("informative", "reward", "level"), strict=True):
+            ax.plot(spent, r[key], marker="o", label=r["arm"])
+    axes[0].axhline(0.5, color="grey", linestyle="--", linewidth=1, label="TRACE's band (>= 0.5)")
+    xlabel = "rollouts spent" if all(r.get("rollouts_total") for r in results) else "step"
+    axes[0].set(title="informative-group share", xlabel=xlabel, ylim=(-0.05, 1.05))
+    axes[1].set(title="mean training reward", xlabel=xlabel, ylim=(-0.05, 1.05))
+    axes[2].set(title="mean start depth (level)", xlabel=xlabel)
+    axes[0].legend(fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
