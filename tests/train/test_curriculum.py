@@ -60,9 +60,10 @@ def test_env_levels_are_sorted_easiest_first():
 
 def test_trainer_picks_levels_from_the_estimate_and_logs_them(tiny_model_dir, tmp_path, monkeypatch):
     """A scripted agent that solves level 1 always, level 2 half the time and level 3 never: levels by hand
-    (2 groups per step, EMA 0.5): step 1 at 1 (nothing known) -> p1 = 1; step 2 at 2 (p1 >= 0.5 opens the next
-    level, assumed at 0.5) -> p2 = 0.5; step 3 at 3 (the same for level 3; ties go harder) -> p3 = 0; steps 4-5
-    at 2 (p1 = 1 and p3 = 0 are saturated, p2 = 0.5 is the target)."""
+    (2 groups per step, EMA 0.5): step 1 at 1 (nothing known) -> p1 = 1; step 2: p1 >= 0.5 opens level 2 (assumed
+    at 0.5), tried by the first group only, the other stays at 1 -> p2 = 0.5, p1 = 1; step 3: level 3 opens the
+    same way (ties go harder), the other group at 2 -> p3 = 0; steps 4-5 at 2 (p1 = 1 and p3 = 0 are saturated,
+    p2 = 0.5 is the target)."""
     wins = {1: 4, 2: 2, 3: 0}
     real = trainer_mod.collect
 
@@ -79,9 +80,37 @@ def test_trainer_picks_levels_from_the_estimate_and_logs_them(tiny_model_dir, tm
     monkeypatch.setattr(trainer_mod, "collect", scripted)
     GRPOTrainer(_args(tiny_model_dir, tmp_path / "run")).train()
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [m["group_levels"] for m in lines] == [[1, 1], [2, 2], [3, 3], [2, 2], [2, 2]]
+    assert [m["group_levels"] for m in lines] == [[1, 1], [2, 1], [3, 2], [2, 2], [2, 2]]
     assert lines[-1]["level_success_est_1"] == 1.0 and lines[-1]["level_success_est_3"] == 0.0
     assert lines[3]["groups_at_level_2"] == 2 and lines[3]["level_mean"] == 2.0
+
+
+def test_a_round_is_one_update_whatever_its_groups_order():
+    """Two groups of one round at level 1, 4/4 and 0/4: one pooled update (first at the level: p = 4/8), not 0.7
+    or 0.3 by their order; later rounds weigh n groups as n one-group updates would (EMA 0.3, 2 groups: 0.51)."""
+    c = LevelCurriculum("e", [1, 2, 3], target=0.5, ema=0.3, group_size=4)
+    c.update(1, 4, 8, groups=2)
+    assert c.estimate(1) == pytest.approx(0.5)
+    c.update(1, 8, 8, groups=2)
+    assert c.estimate(1) == pytest.approx(0.49 * 0.5 + 0.51 * 1.0)
+    one_by_one = LevelCurriculum("e", [1, 2, 3], target=0.5, ema=0.3, group_size=4)
+    one_by_one.update(1, 4, 8, groups=2)
+    one_by_one.update(1, 4, 4)
+    one_by_one.update(1, 4, 4)  # two one-group updates of full success: the same as the pooled one
+    assert one_by_one.estimate(1) == pytest.approx(c.estimate(1))
+
+
+def test_an_untried_level_gets_one_group_of_the_round():
+    c = LevelCurriculum("e", [1, 2, 3], target=0.5, ema=0.3, group_size=4)
+    assert c.choose_round(3) == [1, 1, 1]  # nothing tried: the start level
+    c.update(1, 5, 8, groups=2)  # 0.625 >= target: level 2 opens, assumed at the target
+    assert c.choose_round(3) == [2, 1, 1]  # the others stay on what was measured
+    assert c.choose_round(1) == [2]  # a round of one group explores with it
+    c.update(2, 1, 4)  # tried now, 0.25: level 1 (0.625) is nearer the target, and no rung opens
+    assert c.choose_round(2) == [1, 1]
+    c.update(2, 2, 4)  # the EMA: 0.7 * 0.25 + 0.3 * 0.5 = 0.325 (level 1, 0.625, is still nearer)
+    c.update(1, 6, 8, groups=2)  # 0.49 * 0.625 + 0.51 * 0.75 = 0.689 -> |0.189| > |0.175|: level 2, as tried
+    assert c.choose_round(2) == [2, 2]
 
 
 def test_curriculum_needs_declared_levels(tiny_model_dir, tmp_path):
@@ -107,7 +136,14 @@ def test_resume_is_exact_with_the_curriculum_on(tiny_model_dir, tmp_path):
     )
     GRPOTrainer(_args(tiny_model_dir, tmp_path / "full", **kw)).train()
     GRPOTrainer(_args(tiny_model_dir, tmp_path / "half", **{**kw, "steps": 2})).train()
-    GRPOTrainer(_args(tiny_model_dir, tmp_path / "half", resume=str(tmp_path / "half"), **kw)).train()
+    step2 = json.loads((tmp_path / "half" / "metrics.jsonl").read_text().splitlines()[-1])
+    resumed = GRPOTrainer(_args(tiny_model_dir, tmp_path / "half", resume=str(tmp_path / "half"), **kw))
+    # the estimates it goes on from are step 2's (the levels alone need not show it: refills explore too)
+    assert resumed.curriculum.metrics() == {
+        k: v for k, v in step2.items() if k.startswith("level_success_est_")
+    }
+    assert resumed.curriculum.metrics()
+    resumed.train()
     a = load_file(str(tmp_path / "full" / "adapter" / "adapter_model.safetensors"))
     b = load_file(str(tmp_path / "half" / "adapter" / "adapter_model.safetensors"))
     for k in a:
@@ -116,4 +152,3 @@ def test_resume_is_exact_with_the_curriculum_on(tiny_model_dir, tmp_path):
     half = [json.loads(x) for x in (tmp_path / "half" / "metrics.jsonl").read_text().splitlines()]
     assert [m["group_levels"] for m in full] == [m["group_levels"] for m in half]
     assert [m["rollouts_total"] for m in full] == [m["rollouts_total"] for m in half]
-    assert set(full[2]["group_levels"]) != {1}  # step 3's level came from the saved estimates, not the start

@@ -48,8 +48,8 @@ def test_all_failed_groups_are_rescued_and_counted(tiny_model_dir, tmp_path, mon
     calls = _script(monkeypatch, lambda g, j: 1.0 if (g == 1 and j == 0) else 0.0)
     trainer = GRPOTrainer(_args(tiny_model_dir, tmp_path / "r", curriculum="adaptive"))
     trajs, m = trainer.collect_groups(RolloutStats())
-    # the level's estimate saw the un-hinted rollouts only (0 of 4, then 1 of 4; EMA 0.3), not the rescues
-    assert trainer.curriculum.estimate(1) == pytest.approx(0.3 * 0.25)
+    # the level's estimate saw the un-hinted rollouts only (0 of 4 and 1 of 4: one round, pooled), not the rescues
+    assert trainer.curriculum.estimate(1) == pytest.approx(1 / 8)
     assert len(calls) == 2 and len(calls[1]) == 2  # round(0.5 * 4) hinted rollouts, for group 0 only
     assert all(s.hint and s.rescue and s.group == 0 and s.seed == calls[0][0].seed for s in calls[1])
     g0 = [t for t in trajs if t.spec.group == 0]

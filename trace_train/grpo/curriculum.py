@@ -5,10 +5,13 @@
 levels sorted ascending, the highest being the full task (on a target-derived env, the deepest start). The
 trainer keeps a running success estimate per (env id, level): an exponential moving average over groups,
 ``p <- (1 - ema) * p + ema * s`` where ``s`` is the share of a group's *un-hinted* rollouts that succeeded
-(reward >= 1); the first group at a level sets ``p = s``. Every un-hinted rollout updates it, also those of
-groups that dynamic sampling later throws away (keeping only the informative ones would bias it upward). An
-EMA rather than a Beta posterior: the policy changes under the estimate, and an EMA forgets old evidence at a
-fixed rate, where a posterior's counts would make it ever slower to move.
+(reward >= 1); the first group at a level sets ``p = s``. The groups a round plays at one level are one
+update, their rollouts pooled, with the weight of as many groups (``1 - (1 - ema)^n``): a round's groups are
+exchangeable, and one update per group made the estimate depend on their order (4/4 then 0/4 gave 0.7, the
+reverse 0.3). Every un-hinted rollout updates it, also those of groups that dynamic sampling later throws away
+(keeping only the informative ones would bias it upward). An EMA rather than a Beta posterior: the policy
+changes under the estimate, and an EMA forgets old evidence at a fixed rate, where a posterior's counts would
+make it ever slower to move.
 
 A new group's level (candidates: the levels tried so far, plus the next harder one once the hardest tried
 level's estimate reaches ``target``, assumed to be at ``target`` and so tried next; before any estimate, the
@@ -17,6 +20,11 @@ start level: the easiest, or ``--difficulty``):
 1. among candidates that are not *saturated*, the one whose estimate is closest to ``target`` (0.5: a group of G
    rollouts is then informative with probability 1 - 2 * 0.5^G), ties going to the harder level;
 2. when every candidate is saturated, the easiest one the agent fails (or the hardest, if it masters them all).
+
+A round of several groups tries an untried level with its first group only; the others play the level the rule
+picks among the levels tried so far. An untried level's estimate is an assumption, and the next rung back can be
+a cliff: on the demo's precise-arguments env the all-together arm moved every group of its second step (12 of
+its 24 rollouts, rescues included) to level 2 after one round at level 1, and all of them scored 0.
 
 A level is saturated when its estimate lies within 1/(2G) of 0 (*failed*) or 1 (*mastered*): fewer than one
 success (or failure) expected in two groups, so its groups almost never carry a gradient. Rule 2 is what
@@ -84,17 +92,27 @@ class LevelCurriculum:
     def estimate(self, level: int, env_id: str | None = None) -> float | None:
         return self.estimates.get(env_id or self.env_id, {}).get(level)
 
-    def update(self, level: int | None, successes: int, count: int, env_id: str | None = None) -> None:
-        """One group's un-hinted rollouts at ``level``: ``successes`` of ``count``."""
-        if count <= 0:
+    def update(
+        self, level: int | None, successes: int, count: int, env_id: str | None = None, groups: int = 1
+    ) -> None:
+        """The un-hinted rollouts of ``groups`` groups of one round at ``level``: ``successes`` of ``count``."""
+        if count <= 0 or groups <= 0:
             return
         table = self.estimates.setdefault(env_id or self.env_id, {})
         key = -1 if level is None else level  # -1: the env's default level (a mixed-in target)
         s = successes / count
-        table[key] = s if key not in table else (1.0 - self.ema) * table[key] + self.ema * s
+        weight = 1.0 - (1.0 - self.ema) ** groups  # as much as that many one-group updates would move it
+        table[key] = s if key not in table else (1.0 - weight) * table[key] + weight * s
 
-    def choose(self) -> int:
-        """The level of the next group (module docstring)."""
+    def choose_round(self, n: int) -> list[int]:
+        """The levels of a round of ``n`` groups: an untried level gets the first group only (module docstring)."""
+        level = self.choose()
+        if n < 2 or level in self.estimates.get(self.env_id, {}) or not self.estimates.get(self.env_id):
+            return [level] * n
+        return [level] + [self.choose(explore=False)] * (n - 1)
+
+    def choose(self, explore: bool = True) -> int:
+        """The level of the next group (module docstring); ``explore=False``: among the levels tried so far."""
         est = self.estimates.get(self.env_id, {})
         seen = [k for k in self.levels if k in est]
         if not seen:
@@ -102,7 +120,7 @@ class LevelCurriculum:
         cands = {k: est[k] for k in seen}
         hardest = max(seen)
         harder = [k for k in self.levels if k > hardest]
-        if harder and est[hardest] >= self.target:
+        if explore and harder and est[hardest] >= self.target:
             cands[harder[0]] = self.target
         s = self.saturation
         open_ = [k for k, p in cands.items() if s <= p <= 1.0 - s]

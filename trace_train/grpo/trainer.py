@@ -12,6 +12,7 @@ One step:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import math
@@ -195,12 +196,12 @@ class GRPOTrainer:
             return []
         n_hint = round(a.hint_fraction * a.group_size)
         env = self.envs[0] if source == MAIN else self.target_envs[0]
+        levels = [a.difficulty if source == MAIN else None] * len(task_indices)
+        if source == MAIN and self.curriculum is not None:
+            levels = self.curriculum.choose_round(len(task_indices))
         specs = []
-        for g, task in enumerate(task_indices):
+        for g, (task, level) in enumerate(zip(task_indices, levels, strict=True)):
             seed = train_reset_seed(task, env)  # the guard: never a test seed
-            level = a.difficulty if source == MAIN else None
-            if source == MAIN and self.curriculum is not None:
-                level = self.curriculum.choose()
             for j in range(a.group_size):
                 specs.append(
                     GroupSpec(
@@ -280,15 +281,22 @@ class GRPOTrainer:
         )
         self.state["rollouts"] += len(trajs)
         if self.curriculum is not None:
-            by_group: dict[int, list[Trajectory]] = {}
+            # one update per (env, level) of this round, its groups pooled (curriculum.py: order-free)
+            groups: dict[tuple[str | None, int | None], set[int]] = collections.defaultdict(set)
+            wins: collections.Counter = collections.Counter()
+            counts: collections.Counter = collections.Counter()
             for t in trajs:
-                if not t.spec.hint:
-                    by_group.setdefault(t.spec.group, []).append(t)
-            for members in by_group.values():
-                spec = members[0].spec
-                env_id = a.env_id if getattr(spec, "source", MAIN) == MAIN else a.target_env_id
-                wins = sum(success_of(t.reward) for t in members)
-                self.curriculum.update(spec.difficulty, wins, len(members), env_id)
+                if t.spec.hint:
+                    continue
+                env_id = a.env_id if getattr(t.spec, "source", MAIN) == MAIN else a.target_env_id
+                key = (env_id, t.spec.difficulty)
+                groups[key].add(t.spec.group)
+                wins[key] += success_of(t.reward)
+                counts[key] += 1
+            for (env_id, level), members in groups.items():
+                self.curriculum.update(
+                    level, wins[(env_id, level)], counts[(env_id, level)], env_id, len(members)
+                )
         return trajs
 
     def _rescue(
