@@ -29,3 +29,6 @@ fi
 #   python benchmarks/results/grpo_arms_sft_levels/evaluate_fit.py /work/runs/arms40-levels /work/runs/demo40/01-base/sft-0/merged
 # Session 50 (an AVX2-only machine) began the warm start and stopped it after 3 of 32 steps: the measurement would
 # not have finished in the session, and a machine's run folder does not outlive it.
+# Session 60 (the AVX2-only EPYC) ran it with ARMS=all: base evaluation 796 s, fit 834 s, the all-together arm two
+# steps with no informative group (avx2-session60/; docs/training.md). signal_probe.py measures the fit's per-task
+# success per level.
