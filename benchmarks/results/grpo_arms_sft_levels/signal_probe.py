@@ -66,17 +66,23 @@ def main() -> None:
             for _ in range(ns.group)
         ]
         started = time.time()
-        records = run_episodes(
-            policy,
-            env_id,
-            specs,
-            SamplingConfig(temperature=ns.temperature, max_new_tokens=192),  # the arms' caps
-            max_turns=12,
-            batch_size=ns.batch_size,
-        )
-        with open(ns.run / f"probe-level{level}.jsonl", "w") as f:
-            for record in records:
+        with open(
+            ns.run / f"probe-level{level}.jsonl", "w"
+        ) as f:  # each episode as it ends: a stopped probe keeps them
+
+            def keep(record: dict) -> None:
                 f.write(json.dumps(record, default=str) + "\n")
+                f.flush()
+
+            records = run_episodes(
+                policy,
+                env_id,
+                specs,
+                SamplingConfig(temperature=ns.temperature, max_new_tokens=192),  # the arms' caps
+                max_turns=12,
+                batch_size=ns.batch_size,
+                on_record=keep,
+            )
         wins = [
             [r["reward"] >= 1.0 for r in records[i * ns.group : (i + 1) * ns.group]] for i in range(ns.tasks)
         ]
