@@ -36,6 +36,7 @@ from trace_train.grpo.checkpoint import (
     CheckpointError,
     find_checkpoint,
     rng_state,
+    saved_config,
     set_rng_state,
     settings_mismatch,
 )
@@ -241,13 +242,9 @@ class GateTrainer:
 
     def load_checkpoint(self) -> None:
         ckpt = find_checkpoint(self.out / "checkpoints")
-        try:
-            saved = json.loads((ckpt / "config.json").read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise CheckpointError(f"{ckpt}: unreadable config.json ({e})") from e
         # a key a checkpoint of an older version lacks had its default then
         defaults = {f.name: f.default for f in dataclasses.fields(ComposeArgs)}
-        detail = settings_mismatch({**defaults, **saved}, self._config(), RESUME_KEYS)
+        detail = settings_mismatch({**defaults, **saved_config(ckpt)}, self._config(), RESUME_KEYS)
         if detail:
             raise CheckpointError(f"checkpoint {ckpt} does not match this run ({detail})")
         try:

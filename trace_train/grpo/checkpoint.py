@@ -102,6 +102,14 @@ def find_checkpoint(path: Path) -> Path:
     return path
 
 
+def saved_config(ckpt: Path) -> dict[str, Any]:
+    """A checkpoint's ``config.json``; CheckpointError when it is missing or torn."""
+    try:
+        return json.loads((ckpt / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{ckpt}: unreadable config.json ({e})") from e
+
+
 def settings_mismatch(saved: dict[str, Any], now: dict[str, Any], keys, saved_as: str = "checkpoint") -> str:
     """``key: <saved_as>=old now=new`` for every key of ``keys`` whose values differ ("" when none do)."""
     return ", ".join(
@@ -121,11 +129,7 @@ def load_checkpoint(
     """Restore everything in place and return the trainer state; raise CheckpointError with the reason.
     ``keys``: the settings that must equal the checkpoint's (GRPO's by default)."""
     ckpt = find_checkpoint(path)
-    try:
-        saved_config = json.loads((ckpt / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{ckpt}: unreadable config.json ({e})") from e
-    detail = settings_mismatch(saved_config, config, keys)
+    detail = settings_mismatch(saved_config(ckpt), config, keys)
     if detail:
         raise CheckpointError(f"checkpoint {ckpt} does not match this run ({detail})")
     try:

@@ -282,21 +282,16 @@ class GRPOTrainer:
         self.state["rollouts"] += len(trajs)
         if self.curriculum is not None:
             # one update per (env, level) of this round, its groups pooled (curriculum.py: order-free)
-            groups: dict[tuple[str | None, int | None], set[int]] = collections.defaultdict(set)
-            wins: collections.Counter = collections.Counter()
-            counts: collections.Counter = collections.Counter()
+            outcomes: dict[tuple[str | None, int | None], list[tuple[int, bool]]] = collections.defaultdict(
+                list
+            )
             for t in trajs:
-                if t.spec.hint:
-                    continue
-                env_id = a.env_id if getattr(t.spec, "source", MAIN) == MAIN else a.target_env_id
-                key = (env_id, t.spec.difficulty)
-                groups[key].add(t.spec.group)
-                wins[key] += success_of(t.reward)
-                counts[key] += 1
-            for (env_id, level), members in groups.items():
-                self.curriculum.update(
-                    level, wins[(env_id, level)], counts[(env_id, level)], env_id, len(members)
-                )
+                if not t.spec.hint:
+                    env_id = a.env_id if getattr(t.spec, "source", MAIN) == MAIN else a.target_env_id
+                    outcomes[(env_id, t.spec.difficulty)].append((t.spec.group, success_of(t.reward)))
+            for (env_id, level), pairs in outcomes.items():
+                wins = sum(won for _, won in pairs)
+                self.curriculum.update(level, wins, len(pairs), env_id, groups=len({g for g, _ in pairs}))
         return trajs
 
     def _rescue(
