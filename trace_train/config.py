@@ -387,6 +387,13 @@ class GRPOSettings:
         exclusiveMinimum=0,
         maximum=1,
     )
+    curriculum_advance: float = knob(
+        0.75,
+        "adaptive curriculum: the success estimate of the hardest level tried at which the next harder level "
+        "is tried (above --curriculum-target: a level near the target is where groups are informative)",
+        exclusiveMinimum=0,
+        maximum=1,
+    )
     reward: str = knob(
         "success",
         "training reward: success (the env's), shaped (the env's declared shaped reward), or mix:ALPHA "
@@ -466,6 +473,8 @@ class GRPOSettings:
             raise ValueError(f"--curriculum-target must be in (0, 1), got {self.curriculum_target}")
         if not 0.0 < self.curriculum_ema <= 1.0:
             raise ValueError(f"--curriculum-ema must be in (0, 1], got {self.curriculum_ema}")
+        if not 0.0 < self.curriculum_advance <= 1.0:
+            raise ValueError(f"--curriculum-advance must be in (0, 1], got {self.curriculum_advance}")
         for name in ("rescue_fraction", "target_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(self, name)}")

@@ -19,10 +19,40 @@ def _args(model_dir, out, **kw):
     return levels_args(model_dir, out, **{"steps": 5, "curriculum": "adaptive", "curriculum_ema": 0.5, **kw})
 
 
-def test_level_choice_follows_scripted_success():
-    """G = 4 (saturated: within 1/8 of 0 or 1), target 0.5, EMA weight 0.6; each line: one group's outcome at
-    the level just chosen, then the estimate and the next level, worked out by hand from the documented rule."""
+def _play(c: LevelCurriculum, script: list[tuple[int, int, float, int]]) -> None:
+    for level, wins, est, nxt in script:
+        assert c.choose() == level
+        c.update(level, wins, 4)
+        assert c.estimate(level) == pytest.approx(est)
+        assert c.choose() == nxt, (level, wins, c.estimates)
+
+
+def test_a_level_near_the_target_is_kept_until_it_is_mastered():
+    """The default rung opening (advance 0.75, above the 0.5 target): G = 4, EMA weight 0.6, worked by hand. A
+    level at 0.72 is kept (its groups are informative); the next rung opens only at 0.888 >= 0.75."""
     c = LevelCurriculum("e", [1, 2, 3], target=0.5, ema=0.6, group_size=4)
+    assert c.advance == 0.75
+    _play(
+        c,
+        [
+            # (level, successes of 4, estimate after, next level)
+            (1, 2, 0.5, 1),  # the first group sets the estimate
+            (1, 4, 0.8, 2),  # 0.4 * 0.5 + 0.6 >= 0.75: level 2 opens (assumed at the target, 0.5, nearer)
+            (2, 3, 0.75, 3),  # tried: 0.75 >= 0.75 opens level 3 (0.5 is nearer the target than 0.75 and 0.8)
+            (3, 2, 0.5, 3),  # at the target on the full task: stays
+        ],
+    )
+    d = LevelCurriculum("e", [1, 2, 3], target=0.5, ema=0.6, group_size=4)
+    _play(d, [(1, 2, 0.5, 1), (1, 3, 0.65, 1), (1, 3, 0.71, 1)])  # below 0.75: level 2 is never tried
+    with pytest.raises(ValueError, match="curriculum-advance"):
+        LevelCurriculum("e", [1, 2], advance=0.0)
+
+
+def test_level_choice_follows_scripted_success():
+    """G = 4 (saturated: within 1/8 of 0 or 1), target 0.5, EMA weight 0.6, and the next rung opening at the
+    target (advance 0.5); each line: one group's outcome at the level just chosen, then the estimate and the next
+    level, worked out by hand from the documented rule."""
+    c = LevelCurriculum("e", [1, 2, 3], target=0.5, ema=0.6, group_size=4, advance=0.5)
     assert c.choose() == 1  # nothing measured: the easiest level
     script = [
         # (level, successes of 4, estimate after, next level)
@@ -36,11 +66,7 @@ def test_level_choice_follows_scripted_success():
         (3, 2, 0.5, 3),  # at the target on the full task: stays
         (3, 0, 0.2, 2),  # |0.2 - 0.5| > |0.72 - 0.5|: back to level 2
     ]
-    for level, wins, est, nxt in script:
-        assert c.choose() == level
-        c.update(level, wins, 4)
-        assert c.estimate(level) == pytest.approx(est)
-        assert c.choose() == nxt, (level, wins, c.estimates)
+    _play(c, script)
     # ties go to the harder level; a start level is honoured before any estimate
     t = LevelCurriculum("e", [1, 2, 3], group_size=4)
     t.load_state_dict({"e": {"1": 0.6, "2": 0.4}})
@@ -60,7 +86,7 @@ def test_env_levels_are_sorted_easiest_first():
 
 def test_trainer_picks_levels_from_the_estimate_and_logs_them(tiny_model_dir, tmp_path, monkeypatch):
     """A scripted agent that solves level 1 always, level 2 half the time and level 3 never: levels by hand
-    (2 groups per step, EMA 0.5): step 1 at 1 (nothing known) -> p1 = 1; step 2: p1 >= 0.5 opens level 2 (assumed
+    (2 groups per step, EMA 0.5, the next rung opening at the target, 0.5): step 1 at 1 (nothing known) -> p1 = 1; step 2: p1 >= 0.5 opens level 2 (assumed
     at 0.5), tried by the first group only, the other stays at 1 -> p2 = 0.5, p1 = 1; step 3: level 3 opens the
     same way (ties go harder), the other group at 2 -> p3 = 0; steps 4-5 at 2 (p1 = 1 and p3 = 0 are saturated,
     p2 = 0.5 is the target)."""
@@ -78,7 +104,7 @@ def test_trainer_picks_levels_from_the_estimate_and_logs_them(tiny_model_dir, tm
         return trajs
 
     monkeypatch.setattr(trainer_mod, "collect", scripted)
-    GRPOTrainer(_args(tiny_model_dir, tmp_path / "run")).train()
+    GRPOTrainer(_args(tiny_model_dir, tmp_path / "run", curriculum_advance=0.5)).train()
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["group_levels"] for m in lines] == [[1, 1], [2, 1], [3, 2], [2, 2], [2, 2]]
     assert lines[-1]["level_success_est_1"] == 1.0 and lines[-1]["level_success_est_3"] == 0.0
@@ -101,7 +127,7 @@ def test_a_round_is_one_update_whatever_its_groups_order():
 
 
 def test_an_untried_level_gets_one_group_of_the_round():
-    c = LevelCurriculum("e", [1, 2, 3], target=0.5, ema=0.3, group_size=4)
+    c = LevelCurriculum("e", [1, 2, 3], target=0.5, ema=0.3, group_size=4, advance=0.5)
     assert c.choose_round(3) == [1, 1, 1]  # nothing tried: the start level
     c.update(1, 5, 8, groups=2)  # 0.625 >= target: level 2 opens, assumed at the target
     assert c.choose_round(3) == [2, 1, 1]  # the others stay on what was measured
@@ -128,6 +154,7 @@ def test_resume_is_exact_with_the_curriculum_on(tiny_model_dir, tmp_path):
         lr=5e-2,
         rescue_fraction=0.5,
         curriculum_target=0.3,  # the tiny model solves about half: the level climbs from step 2 on
+        curriculum_advance=0.3,
         reward="mix:0.5",
         dynamic_sampling=True,
         ppo_epochs=2,

@@ -104,6 +104,7 @@ class GRPOTrainer:
                 levels,
                 args.curriculum_target,
                 args.curriculum_ema,
+                advance=args.curriculum_advance,
                 start=args.difficulty,
                 group_size=args.group_size,
             )
