@@ -8,7 +8,8 @@
 # fit's evaluation last (~19 min) (Sapphire Rapids figures; about 1.6x that on the AVX2-only CPU).
 # A rerun continues where an interrupted one stopped: the warm start and the fit from their last SFT step, an arm
 # from its last GRPO step (checkpoints); finished arms and every evaluation whose inputs are unchanged are reused.
-# VARIANT=decision runs the level-1 fit alone (--arms none), for the same-session comparison.
+# VARIANT=decision runs the level-1 fit alone (--arms none), for the same-session comparison; VARIANT=g8 the
+# all-together arm with groups of 8.
 set -e
 source /work/venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false TRACE_CACHE=/tmp/trace-cache
@@ -16,7 +17,14 @@ cd "$(dirname "$0")/../../.."
 RUNS=${RUNS:-/work/runs}
 POLICY=$RUNS/demo/01-base/sft-0/merged
 [ -d "$POLICY" ] || trace run trace_train/pipeline/configs/demo.toml --until base --out "$RUNS/demo"
-if [ "${VARIANT:-levels}" = decision ]; then
+if [ "${VARIANT:-levels}" = g8 ]; then
+  # session 61: the all-together arm with groups of 8 (2 per step, 56 rollouts), where signal_probe.py measured
+  # 0.58 informative at level 1; the fit and the base evaluation are reused when copied from an earlier --out
+  # (sft/, evals/base.json)
+  python benchmarks/grpo_arms.py --policy "$POLICY" --capability precise-arguments \
+    --arms all --sft-episodes 24 --sft-levels 1 2 3 4 --group-size 8 --groups-per-step 2 --budget 56 \
+    --out "$RUNS/arms-g8"
+elif [ "${VARIANT:-levels}" = decision ]; then
   python benchmarks/grpo_arms.py --policy "$POLICY" --capability precise-arguments \
     --arms none --sft-episodes 24 --out "$RUNS/arms-decision"
 else
