@@ -330,7 +330,8 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_settings(argv: list[str] | None = None) -> Settings:
+    """The benchmark's settings from its command line (also what the scripts beside its results build on)."""
     from trace_gym.derived.levels import DEFAULT_LADDER, LADDERS  # no imports of its own
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -393,6 +394,11 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [a for a in s.arms if a not in ARMS]
     if unknown:
         p.error(f"unknown arms {unknown}; known: {list(ARMS)}")
+    return s
+
+
+def main(argv: list[str] | None = None) -> None:
+    s = parse_settings(argv)
     s.out.mkdir(parents=True, exist_ok=True)
     env_id = register_capability_env(s)
     specs = target_test_specs(s.target, s.capability, s.target_eval, s.target_difficulty)

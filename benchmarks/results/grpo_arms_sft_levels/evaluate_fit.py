@@ -17,35 +17,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
 
 import grpo_arms  # noqa: E402 - the benchmark's own task selection and env registration
 
-from trace_gym.derived.levels import DEFAULT_LADDER  # noqa: E402
-
 
 def main(run_dir: Path, policy_dir: str) -> None:
-    s = grpo_arms.Settings(
-        policy=policy_dir,
-        capability="precise-arguments",
-        target="trace/retail-v2",
-        target_difficulty=1,
-        arms=[],
-        budget=24,
-        group_size=4,
-        groups_per_step=2,
-        level=1,
-        max_turns=12,
-        max_new_tokens=192,
-        env_eval=16,
-        target_eval=24,
-        lr=1e-4,
-        temperature=1.0,
-        sft_episodes=24,
-        sft_epochs=1,
-        sft_seed_offset=100_000,
-        sft_levels=[1, 2, 3, 4],
-        micro_batch_tokens=1024,
-        eval_batch_size=24,
-        ladder=DEFAULT_LADDER,
-        out=run_dir,
-        dtype="auto",
+    s = grpo_arms.parse_settings(
+        [
+            "--policy",
+            policy_dir,
+            "--out",
+            str(run_dir),
+            "--arms",
+            "none",
+            "--sft-episodes",
+            "24",
+            "--sft-levels",
+            "1",
+            "2",
+            "3",
+            "4",
+        ]
     )
     env_id = grpo_arms.register_capability_env(s)
     specs = grpo_arms.target_test_specs(s.target, s.capability, s.target_eval, s.target_difficulty)

@@ -20,43 +20,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
 
 import grpo_arms  # noqa: E402 - the benchmark's own task selection and evaluation settings
 
-from trace_gym.derived.levels import DEFAULT_LADDER  # noqa: E402
-
-
-def settings(run_dir: Path, policy_dir: str, n_total: int) -> grpo_arms.Settings:
-    return grpo_arms.Settings(
-        policy=policy_dir,
-        capability="precise-arguments",
-        target="trace/retail-v2",
-        target_difficulty=1,
-        arms=[],
-        budget=56,
-        group_size=8,
-        groups_per_step=2,
-        level=1,
-        max_turns=12,
-        max_new_tokens=192,
-        env_eval=16,
-        target_eval=n_total,
-        lr=1e-4,
-        temperature=1.0,
-        sft_episodes=24,
-        sft_epochs=1,
-        sft_seed_offset=100_000,
-        sft_levels=[1, 2, 3, 4],
-        micro_batch_tokens=1024,
-        eval_batch_size=24,
-        ladder=DEFAULT_LADDER,
-        out=run_dir,
-        dtype="auto",
-    )
-
 
 def main(run_dir: Path, policy_dir: str, n_more: int = 24) -> None:
     from trace_train.policy_factory import make_policy
 
     first = 24  # grpo_arms.py's default --target-eval: those tasks are in <run_dir>/evals/
-    s = settings(run_dir, policy_dir, first + n_more)
+    s = grpo_arms.parse_settings(
+        [
+            "--policy",
+            policy_dir,
+            "--out",
+            str(run_dir),
+            "--arms",
+            "none",
+            "--target-eval",
+            str(first + n_more),
+        ]
+    )
     specs = grpo_arms.target_test_specs(s.target, s.capability, first + n_more, s.target_difficulty)[first:]
     out = run_dir / "evals" / f"target_more_{n_more}.json"
     record = json.loads(out.read_text()) if out.is_file() else {}
