@@ -8,6 +8,7 @@ trace synthesize | isolation             step 2 (trace_gym.synthesis.commands, d
 trace calibrate                          step 2, with the training agent (trace_train.calibrate)
 trace train | sft | evaluate             step 3 and evaluation (trace_train.commands, docs/training.md)
 trace compose | compare | explain        step 4 (trace_train.compose.commands, docs/composition.md)
+trace base list | verify | build         the shipped base agents (trace_train.bases, docs/base.md)
 trace run | demo                         the whole loop (trace_train.pipeline.commands, docs/pipeline.md)
 trace env-serve | serve | export         interoperability (docs/interop.md)
 """
@@ -27,6 +28,7 @@ from trace_gym.interop import commands as interop_commands
 from trace_gym.synthesis import commands as synthesis_commands
 from trace_train import calibrate, export
 from trace_train import commands as train_commands
+from trace_train.bases import commands as base_commands
 from trace_train.compose import commands as compose_commands
 from trace_train.pipeline import commands as pipeline_commands
 from trace_train.serve import commands as serve_commands
@@ -40,6 +42,7 @@ COMMAND_MODULES = (
     analysis_commands,
     synthesis_commands,
     calibrate,
+    base_commands,
     pipeline_commands,
     interop_commands,
     compose_commands,

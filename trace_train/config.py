@@ -618,10 +618,17 @@ class SFTArgs(SFTSettings, EngineArgs, LoraArgs):
         False,
         "continue from the last checkpoint in OUT/checkpoints when one is there (the run's settings must match)",
     )
+    snapshot_steps: list[int] = knob(
+        [],
+        "also keep the adapter as it is after these optimiser steps, in OUT/snapshots/step-N (one fit, "
+        "evaluated at several points, gives a scaling curve in distinct episodes seen)",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_positive(self, "lora_rank")
+        if any(step < 1 for step in self.snapshot_steps):
+            raise ValueError(f"snapshot_steps must be optimiser steps >= 1, got {self.snapshot_steps}")
 
 
 @dataclass

@@ -103,7 +103,9 @@ def _engine_episodes(policy, envs, specs, sampling, max_turns, max_total_tokens,
             if callable(getattr(env.unwrapped, "first_failure", None)):  # step 1's diagnosis (issue 28)
                 traj.info["first_failure"] = env.unwrapped.first_failure()
                 traj.info["outcome"] = env.unwrapped.outcome(float(scored.reward), None)
-            traj.reward, cut = float(scored.reward), "max_total_tokens"
+            # which of the engine's caps ended it: the turn cap, or the conversation's token budget
+            traj.reward = float(scored.reward)
+            cut = "max_total_tokens" if len(traj.token_ids) >= max_total_tokens else "max_turns"
         record = traj.to_json()
         record.update(fields, tools=list(getattr(env.unwrapped, "tools", None) or []), cut=cut)
         finished(i, record)

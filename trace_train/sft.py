@@ -39,7 +39,7 @@ from trace_train.tool_text import assistant_text
 
 # What a resumed fit must share with its checkpoint: every setting that changes the data, its order or the
 # updates (where it is written, how often it is saved and whether it is merged afterwards may change).
-FREE_ON_RESUME = frozenset({"out", "resume", "save_every", "merge"})
+FREE_ON_RESUME = frozenset({"out", "resume", "save_every", "merge", "snapshot_steps"})
 RESUME_KEYS = tuple(sorted(f.name for f in dataclasses.fields(SFTArgs) if f.name not in FREE_ON_RESUME))
 
 
@@ -279,6 +279,8 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
         state["train_cpu_seconds"] = cpu_before + time.process_time() - cpu0
         log.write(json.dumps({"step": state["step"], "epoch": epoch, "loss": loss_value}) + "\n")
         log.flush()
+        if state["step"] in args.snapshot_steps:
+            model.save_pretrained(out / "snapshots" / f"step-{state['step']}")
         if args.save_every and (state["step"] % args.save_every == 0 or state["step"] == len(plan)):
             newest = save_checkpoint(
                 checkpoints, state["step"], model, opt, {**state, "scheduler": sched.state_dict()}, config

@@ -53,6 +53,11 @@ class WarmStartConfig(SFTSettings):
     """``trace sft``'s settings (:class:`SFTSettings`) with the warm start's defaults."""
 
     enabled: bool = knob(False, "supervised warm start on oracle trajectories before anything else")
+    shipped: bool = knob(
+        True,
+        "use the shipped base (trace_train/bases) whose recipe is exactly this warm start, when there is one, "
+        "instead of fitting it here (false: always fit)",
+    )
     envs: list[str] = knob([], "envs whose train-split oracle trajectories are used (default: the target)")
     epochs: int = knob(1, "passes over the oracle data", minimum=1)
     seed_offset: int = knob(

@@ -36,8 +36,11 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from trace_train.config import EngineArgs, SFTArgs, SFTSettings, settings_of
     from trace_train.sft import run_sft
 
-    trained_on = []
     started = time.time()
+    shipped = _shipped_base(ctx, envs, model) if warm.shipped else None
+    if shipped is not None:
+        return _use_shipped(ctx, shipped, plans[envs[0]], started)
+    trained_on = []
     for i, env_id in enumerate(envs):
         seeds = plans[env_id]
         ctx.log(
@@ -84,4 +87,48 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "trained_on": trained_on,
         "wall_s": round(time.time() - started, 1),
         "summary": f"base agent: {base.model} + SFT on {what}",
+    }
+
+
+def _shipped_base(ctx: StageContext, envs: list[str], model: str) -> Any:
+    """The shipped base whose recipe is exactly this run's warm start (one env, same model, rendering, LoRA shape,
+    seed and fit settings), or None: then the stage fits it here."""
+    from trace_train.bases import find_shipped, recipe_key
+    from trace_train.config import SFTSettings, settings_of
+
+    cfg, base = ctx.config, ctx.config.base
+    if len(envs) != 1 or model != base.model:  # several envs, or the smoke test's tiny model
+        return None
+    sft = settings_of(base.warm_start, SFTSettings)
+    key = recipe_key(envs[0], model, base.tool_format, base.lora_rank, base.lora_alpha, cfg.seed, sft)
+    return find_shipped(key)
+
+
+def _use_shipped(ctx: StageContext, shipped: Any, seeds: range, started: float) -> dict[str, Any]:
+    from trace_train.bases import materialise
+
+    cfg = ctx.config
+    ctx.log(f"using the {shipped.describe()}; base.warm_start.shipped = false fits it here instead")
+    merged = materialise(shipped, ctx.dir / "sft-0", dtype=cfg.base.dtype)
+    recipe, sft = shipped.recipe, shipped.recipe["sft"]
+    first = sft["seed_offset"]
+    trained_on = [
+        {
+            "env_id": sft["env_id"],
+            "split": "train",
+            "task_indices": [first, first + sft["episodes"] - 1],
+            "seeds": [seeds[0], seeds[-1]],
+            "oracle_episodes_kept": recipe.get("made", {}).get("trajectories"),
+            "first_loss": recipe.get("made", {}).get("first_loss"),
+            "final_loss": recipe.get("made", {}).get("final_loss"),
+            "epochs": sft["epochs"],
+            "shipped": shipped.name,
+        }
+    ]
+    return {
+        "model": str(merged),
+        "trained_on": trained_on,
+        "shipped": {"name": shipped.name, "sha256": recipe["sha256"], "made": recipe.get("made", {})},
+        "wall_s": round(time.time() - started, 1),
+        "summary": f"base agent: the {shipped.describe()}",
     }

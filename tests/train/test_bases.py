@@ -1,0 +1,90 @@
+"""Shipped base agents: a recipe rebuilds its adapter, a changed file is refused, the run that asks for exactly
+that fit gets it (and no other run does), and the merged model is the adapter's model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from trace_train import bases
+from trace_train.bases.commands import install_fit
+from trace_train.config import SFTArgs
+from trace_train.sft import run_sft
+
+ENV = "traintest/lookup-v0"  # tests/train/toy_envs.py
+
+
+@pytest.fixture(scope="module")
+def shipped(tiny_model_dir, tmp_path_factory) -> bases.ShippedBase:
+    """A tiny fit installed as a shipped base in a scratch package directory."""
+    root = tmp_path_factory.mktemp("bases")
+    fit = root.parent / "fit"
+    args = SFTArgs(
+        env_id=ENV, model=str(tiny_model_dir), out=str(fit), episodes=6, epochs=1, batch_size=2, lr=1e-2,
+        lora_rank=4, max_turns=4, snapshot_steps=[2],
+    )  # fmt: skip
+    run_sft(args)
+    assert (fit / "snapshots" / "step-2" / "adapter_model.safetensors").is_file()
+    return install_fit("toy-tiny", fit, root=root, dtype="float32")
+
+
+def test_the_recipe_rebuilds_the_same_adapter(shipped, tmp_path):
+    recipe = json.loads((shipped.directory / "recipe.json").read_text())
+    assert recipe["sft"]["episodes"] == 6 and recipe["made"]["steps"] == 3
+    rebuilt = run_sft(SFTArgs(**recipe["sft"], out=str(tmp_path / "again")))
+    assert rebuilt["steps"] == 3
+    again = bases.sha256_of(tmp_path / "again" / "adapter" / "adapter_model.safetensors")
+    assert again == recipe["sha256"]["adapter_model.safetensors"]
+
+
+def test_a_changed_adapter_file_is_refused(shipped, tmp_path):
+    bases.verify(shipped)
+    copy = tmp_path / "toy-tiny"
+    copy.mkdir()
+    for name in (*bases.ADAPTER_FILES, "recipe.json"):
+        (copy / name).write_bytes((shipped.directory / name).read_bytes())
+    weights = copy / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of one weight
+    weights.write_bytes(bytes(data))
+    changed = bases.by_name("toy-tiny", root=tmp_path)
+    with pytest.raises(bases.ShippedBaseError, match="adapter_model.safetensors has sha256"):
+        bases.verify(changed)
+    with pytest.raises(bases.ShippedBaseError, match="adapter_model.safetensors has sha256"):
+        bases.materialise(changed, tmp_path / "out")
+    assert not (tmp_path / "out" / "merged").exists()
+
+
+def test_only_the_exact_fit_finds_the_shipped_base(shipped):
+    sft = shipped.recipe["sft"]
+    key = dict(
+        env_id=ENV, model=sft["model"], tool_format="json", lora_rank=4, lora_alpha=sft["lora_alpha"], seed=0
+    )
+    root = shipped.directory.parent
+    assert bases.find_shipped(bases.recipe_key(**key, sft=sft), root=root) == shipped
+    for change in ({"episodes": 7}, {"lr": 2e-2}, {"seed_offset": 1}, {"difficulty": 2}, {"levels": [1, 2]}):
+        assert bases.find_shipped(bases.recipe_key(**key, sft={**sft, **change}), root=root) is None, change
+    for change in ({"tool_format": "compact"}, {"lora_rank": 8}, {"seed": 1}, {"env_id": "trace/retail-v2"}):
+        assert bases.find_shipped(bases.recipe_key(**{**key, **change}, sft=sft), root=root) is None, change
+    # memory and checkpointing knobs change neither the data nor the updates
+    same = {**sft, "micro_batch_tokens": 512, "gradient_checkpointing": True, "save_every": 5}
+    assert bases.find_shipped(bases.recipe_key(**key, sft=same), root=root) == shipped
+
+
+def test_the_merged_model_is_the_adapters_model(shipped, tmp_path):
+    from trace_train.policies.hf import HFPolicy
+
+    merged = bases.materialise(shipped, tmp_path / "m", dtype="float32")
+    assert json.loads((tmp_path / "m" / "shipped.json").read_text())["name"] == "toy-tiny"
+    with_adapter = HFPolicy.from_pretrained(shipped.recipe["sft"]["model"], adapter=shipped.adapter, device="cpu")
+    plain = HFPolicy.from_pretrained(merged, device="cpu")
+    ids = torch.tensor([[1, 5, 9, 13, 2, 7]])
+    with torch.no_grad():
+        a = with_adapter.model(input_ids=ids).logits
+        b = plain.model(input_ids=ids).logits
+        base = HFPolicy.from_pretrained(shipped.recipe["sft"]["model"], device="cpu").model(input_ids=ids).logits
+    assert torch.allclose(a, b, atol=1e-4)
+    assert not torch.allclose(a, base, atol=1e-3)  # the adapter moved the model: the check can fail
