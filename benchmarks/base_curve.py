@@ -61,7 +61,9 @@ def play(model: Path, split: str, offset: int, episodes: int, args: argparse.Nam
         batch_size=args.batch_size,
     )
     started = time.time()
-    result = evaluate(policy, ENV, settings, split=split, difficulty=args.difficulty, out_jsonl=path, resume=True)
+    result = evaluate(
+        policy, ENV, settings, split=split, difficulty=args.difficulty, out_jsonl=path, resume=True
+    )
     records = result.trajectories
     wins = sum(r["reward"] >= 1.0 for r in records)
     n = len(records)
@@ -89,7 +91,9 @@ def main() -> None:
     p.add_argument("--val-episodes", type=int, default=32)
     p.add_argument("--test-episodes", type=int, default=128)
     p.add_argument("--test-points", nargs="*", default=["final"], help="points also played on the test tasks")
-    p.add_argument("--points", nargs="*", default=None, help="points to evaluate (default: every snapshot, final)")
+    p.add_argument(
+        "--points", nargs="*", default=None, help="points to evaluate (default: every snapshot, final)"
+    )
     p.add_argument("--max-turns", type=int, default=12)
     p.add_argument("--max-new-tokens", type=int, default=192)
     p.add_argument("--batch-size", type=int, default=40)
@@ -103,7 +107,9 @@ def main() -> None:
     work = Path(args.work) if args.work else fit / "curve"
     out.mkdir(parents=True, exist_ok=True)
     losses = [json.loads(line)["loss"] for line in (fit / "sft_metrics.jsonl").read_text().splitlines()]
-    summary = json.loads((fit / "sft_summary.json").read_text()) if (fit / "sft_summary.json").is_file() else {}
+    summary = (
+        json.loads((fit / "sft_summary.json").read_text()) if (fit / "sft_summary.json").is_file() else {}
+    )
     batch = summary.get("settings", {}).get("batch_size", 4)
     points: dict[str, tuple[int, Path]] = {
         f"step-{int(d.name.split('-')[1])}": (int(d.name.split("-")[1]), d)

@@ -4,7 +4,6 @@ that fit gets it (and no other run does), and the merged model is the adapter's 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -79,12 +78,16 @@ def test_the_merged_model_is_the_adapters_model(shipped, tmp_path):
 
     merged = bases.materialise(shipped, tmp_path / "m", dtype="float32")
     assert json.loads((tmp_path / "m" / "shipped.json").read_text())["name"] == "toy-tiny"
-    with_adapter = HFPolicy.from_pretrained(shipped.recipe["sft"]["model"], adapter=shipped.adapter, device="cpu")
+    with_adapter = HFPolicy.from_pretrained(
+        shipped.recipe["sft"]["model"], adapter=shipped.adapter, device="cpu"
+    )
     plain = HFPolicy.from_pretrained(merged, device="cpu")
     ids = torch.tensor([[1, 5, 9, 13, 2, 7]])
     with torch.no_grad():
         a = with_adapter.model(input_ids=ids).logits
         b = plain.model(input_ids=ids).logits
-        base = HFPolicy.from_pretrained(shipped.recipe["sft"]["model"], device="cpu").model(input_ids=ids).logits
+        base = (
+            HFPolicy.from_pretrained(shipped.recipe["sft"]["model"], device="cpu").model(input_ids=ids).logits
+        )
     assert torch.allclose(a, b, atol=1e-4)
     assert not torch.allclose(a, base, atol=1e-3)  # the adapter moved the model: the check can fail

@@ -21,7 +21,16 @@ BASES_DIR = Path(__file__).parent
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 # the warm start's settings a recipe fixes: the data (tasks, difficulty, turns), its order and the updates. The
 # memory knobs (micro_batch_tokens, gradient_checkpointing) and checkpointing (save_every) change neither
-MATCHED_SFT_KEYS = ("episodes", "epochs", "lr", "batch_size", "seed_offset", "max_turns", "difficulty", "levels")
+MATCHED_SFT_KEYS = (
+    "episodes",
+    "epochs",
+    "lr",
+    "batch_size",
+    "seed_offset",
+    "max_turns",
+    "difficulty",
+    "levels",
+)
 
 
 class ShippedBaseError(ValueError):
@@ -130,11 +139,17 @@ def materialise(base: ShippedBase, out: Path, dtype: str = "auto") -> Path:
     merged = out / "merged"
     stamp = out / "shipped.json"
     sha = base.recipe["sha256"]["adapter_model.safetensors"]
-    if (merged / "config.json").is_file() and stamp.is_file() and json.loads(stamp.read_text()).get("sha256") == sha:
+    if (
+        (merged / "config.json").is_file()
+        and stamp.is_file()
+        and json.loads(stamp.read_text()).get("sha256") == sha
+    ):
         return merged
     from trace_train.policies.hf import HFPolicy
 
-    policy = HFPolicy.from_pretrained(base.recipe["sft"]["model"], adapter=base.adapter, dtype=dtype, device="cpu")
+    policy = HFPolicy.from_pretrained(
+        base.recipe["sft"]["model"], adapter=base.adapter, dtype=dtype, device="cpu"
+    )
     model = policy.model.merge_and_unload()
     model.save_pretrained(merged)
     policy.tokenizer.save_pretrained(merged)

@@ -33,7 +33,12 @@ def cpu_name() -> str:
 def _git_commit() -> str | None:
     try:
         done = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=BASES_DIR, capture_output=True, text=True, timeout=10, check=True
+            ["git", "rev-parse", "HEAD"],
+            cwd=BASES_DIR,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -123,7 +128,9 @@ def _build(ns: argparse.Namespace) -> int:
     if ns.install:
         from trace_train.models import resolve_dtype
 
-        installed = install_fit(ns.name, out, dtype=str(resolve_dtype(settings["dtype"])).removeprefix("torch."))
+        installed = install_fit(
+            ns.name, out, dtype=str(resolve_dtype(settings["dtype"])).removeprefix("torch.")
+        )
         print(f"installed as {installed.directory}")
     return 0
 
@@ -139,5 +146,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build = sub.add_parser("build", help="refit a shipped base from its recipe (resumable)")
     build.add_argument("name", help="the shipped base, e.g. retail-v2-smollm2-135m")
     build.add_argument("--out", help="fit directory (default runs/base-build/NAME); rerun to resume")
-    build.add_argument("--install", action="store_true", help="replace the shipped adapter and recipe with the fit")
+    build.add_argument(
+        "--install", action="store_true", help="replace the shipped adapter and recipe with the fit"
+    )
     build.set_defaults(func=_build)
