@@ -107,7 +107,7 @@ def _check_resumable(existing: list[dict[str, Any]], header: dict[str, Any], pat
 
 def rollout(args: RolloutArgs, progress: Callable[[int, int], None] | None = None) -> RolloutSummary:
     """Run ``args.episodes`` episodes (minus those already in the file with ``resume``); see the module doc."""
-    from trace_train.ceiling import check_caps
+    from trace_train.ceiling import check_caps, fill_caps
     from trace_train.episodes import run_episodes
     from trace_train.policies.base import SamplingConfig
     from trace_train.policies.scripted import ScriptedAgent
@@ -117,7 +117,7 @@ def rollout(args: RolloutArgs, progress: Callable[[int, int], None] | None = Non
     refuse_test_split(args.split)
     if args.episodes < 1:
         raise RolloutError(f"--episodes must be >= 1, got {args.episodes}")
-    if args.max_turns < 1 or args.batch_size < 1:
+    if (args.max_turns is not None and args.max_turns < 1) or args.batch_size < 1:
         raise RolloutError("--max-turns and --batch-size must be >= 1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -142,6 +142,10 @@ def rollout(args: RolloutArgs, progress: Callable[[int, int], None] | None = Non
                 policy = policy_from_args(args)
                 if isinstance(policy, ScriptedAgent):
                     policy.check(probe)
+                # caps left out are fitted to the env's oracle; the header keeps what was asked (resume
+                # compares that), the records and rollout.json also say what ran
+                args = fill_caps(args, getattr(policy, "renderer", None), args.env_id, args.difficulty)
+                header = {**header, "caps": {"max_turns": args.max_turns, "max_new_tokens": args.max_new_tokens}}
                 # failures under caps that cut the oracle itself would read as missing capabilities in step 1
                 check_caps(
                     policy,

@@ -22,7 +22,7 @@ from rich.table import Table
 from trace_gym.registration import make_env
 from trace_gym.seeds import reset_seed
 from trace_gym.synthesis.calibration import Bands, Calibration, choose_level, level_stats
-from trace_train.ceiling import OracleCeiling, oracle_ceiling, require_ceiling
+from trace_train.ceiling import OracleCeiling, fill_caps, oracle_ceiling, require_ceiling
 from trace_train.config import (
     CalibrateArgs,
     CalibrationSettings,
@@ -89,6 +89,8 @@ def calibrate(
     probe = make_env(env_id)
     try:
         levels = list(s.levels or getattr(probe.unwrapped, "difficulty_levels", (1,)))
+        # caps left out fit the oracle at the deepest level measured (the longest episodes)
+        s = fill_caps(s, getattr(policy, "renderer", None), env_id, max(levels))
         ceilings = level_ceilings(policy, env_id, levels, s, first_seed)
         specs = [
             ResetSpec(

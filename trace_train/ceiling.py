@@ -52,12 +52,12 @@ class OracleCeiling:
         parts = [f"the oracle fits the caps on {self.fit}/{self.tasks} train tasks of {where}"]
         if self.cut_by_tokens:
             parts.append(
-                f"max_new_tokens {self.max_new_tokens} cuts an oracle turn on {self.cut_by_tokens} "
+                f"max_new_tokens {self.max_new_tokens} cuts an oracle turn on {self.cut_by_tokens} task(s) "
                 f"(its longest turn is {self.longest_turn} tokens: set max_new_tokens >= {self.longest_turn})"
             )
         if self.cut_by_turns:
             parts.append(
-                f"max_turns {self.max_turns} ends {self.cut_by_turns} before the oracle does "
+                f"max_turns {self.max_turns} ends the oracle's own episode early on {self.cut_by_turns} task(s) "
                 f"(it needs up to {self.most_turns} turns: set max_turns >= {self.most_turns})"
             )
         return "; ".join(parts)
@@ -110,7 +110,8 @@ def require_ceiling(ceiling: OracleCeiling | None, minimum: float, where: str) -
         return
     raise CeilingError(
         f"{where}: {ceiling.describe()}. A success rate under these caps measures the caps, not the agent; "
-        f"raise them, or lower min_oracle_ceiling (now {minimum}) to run anyway"
+        f"raise them (or leave them out: commands then fit them to the oracle), or lower --min-oracle-ceiling "
+        f"(min_oracle_ceiling in a config; now {minimum}) to run anyway"
     )
 
 
@@ -145,3 +146,51 @@ def check_caps(
     )
     require_ceiling(ceiling, minimum, where)
     return ceiling
+
+
+# Caps a command takes when none is given (``--max-turns`` / ``--max-new-tokens`` left at None): room for the
+# oracle's own episode on the env's first train tasks, plus a margin, since an agent rarely takes the oracle's
+# shortest path. On retail-v2 at difficulty 1 this gives 12 turns and 192 tokens, the demo's measured caps.
+TURN_MARGIN = 2
+TOKEN_MARGIN = 1.2
+TOKEN_ROUNDING = 32
+# envs without an oracle (and served models, whose tokens cannot be counted here) keep these
+FALLBACK_TURNS = 8
+FALLBACK_NEW_TOKENS = 256
+
+
+def auto_caps(renderer: Any, env_id: str, difficulty: int | None, tasks: int = 64) -> tuple[int, int]:
+    """(max_new_tokens, max_turns) that fit the oracle's episode on ``env_id``'s first ``tasks`` train tasks with
+    a margin: the oracle's most turns + :data:`TURN_MARGIN`, its longest turn x :data:`TOKEN_MARGIN` rounded up
+    to :data:`TOKEN_ROUNDING` tokens (counted by ``renderer``; None: :data:`FALLBACK_NEW_TOKENS`). An env without
+    an oracle gets the fallbacks."""
+
+    class _Count:  # counts nothing: only the oracle's turns matter without a renderer
+        @staticmethod
+        def encode(_text: str) -> list[int]:
+            return []
+
+    ceiling = oracle_ceiling(
+        renderer or _Count(), env_id, tasks=tasks, difficulty=difficulty, max_new_tokens=10**9, max_turns=10**9
+    )
+    if ceiling is None:
+        return FALLBACK_NEW_TOKENS, FALLBACK_TURNS
+    tokens = FALLBACK_NEW_TOKENS
+    if renderer is not None:
+        tokens = -(-int(ceiling.longest_turn * TOKEN_MARGIN) // TOKEN_ROUNDING) * TOKEN_ROUNDING
+    return max(tokens, TOKEN_ROUNDING), ceiling.most_turns + TURN_MARGIN
+
+
+def fill_caps(settings: Any, renderer: Any, env_id: str, difficulty: int | None) -> Any:
+    """``settings`` (a dataclass with ``max_new_tokens`` and ``max_turns``) with each cap left at None set by
+    :func:`auto_caps`; unchanged when both are given."""
+    import dataclasses
+
+    if settings.max_new_tokens is not None and settings.max_turns is not None:
+        return settings
+    tokens, turns = auto_caps(renderer, env_id, difficulty)
+    return dataclasses.replace(
+        settings,
+        max_new_tokens=tokens if settings.max_new_tokens is None else settings.max_new_tokens,
+        max_turns=turns if settings.max_turns is None else settings.max_turns,
+    )

@@ -51,6 +51,9 @@ def check_choices(args: object) -> None:
             raise ValueError(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
 
 
+AUTO_CAPS = "fitted to the env's oracle on its first 64 train tasks, with a margin; trace_train/ceiling.py"
+
+
 def knob(default: Any, help: str, **schema: Any) -> Any:
     """A dataclass field with its help text (shown by the generated CLI flag and the config schema) and extra
     JSON Schema keywords of the pipeline config (minimum, enum, ...)."""
@@ -187,8 +190,8 @@ class EvalSettings:
 
     episodes: int = knob(50, "tasks evaluated (the same seeds for every method: paired tests)", minimum=1)
     seed_offset: int = knob(0, "first task index of the split", minimum=0)
-    max_turns: int = knob(8, "turn cap per episode", minimum=1)
-    max_new_tokens: int = knob(256, "tokens per assistant turn", minimum=1)
+    max_turns: int | None = knob(None, "turn cap per episode (None: " + AUTO_CAPS + ")", minimum=1)
+    max_new_tokens: int | None = knob(None, "tokens per assistant turn (None: " + AUTO_CAPS + ")", minimum=1)
     temperature: float = knob(0.0, "sampling temperature (0 = greedy)", minimum=0)
     batch_size: int = knob(
         16, "episodes decoded together; a finished episode's slot starts the next one at once", minimum=1
@@ -207,7 +210,8 @@ class EvalSettings:
     )
 
     def __post_init__(self) -> None:
-        _check_positive(self, "episodes", "max_turns", "max_new_tokens", "batch_size", "max_total_tokens")
+        _check_positive(self, "episodes", "batch_size", "max_total_tokens")
+        _check_caps(self)
         _check_positive(self, "seed_offset", minimum=0)
         if not 0.0 <= self.temperature < float("inf"):
             raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
@@ -245,8 +249,8 @@ class CalibrationSettings:
     group_size: int = knob(4, "G: samples per seed", minimum=2)
     levels: list[int] = knob([], "difficulty levels to measure (empty: every level the env has)")
     temperature: float = knob(1.0, "sampling temperature (the one training samples at)", minimum=0)
-    max_new_tokens: int = knob(256, "tokens per turn", minimum=1)
-    max_turns: int = knob(10, "turn cap", minimum=1)
+    max_new_tokens: int | None = knob(None, "tokens per turn (None: " + AUTO_CAPS + ")", minimum=1)
+    max_turns: int | None = knob(None, "turn cap (None: " + AUTO_CAPS + ")", minimum=1)
     batch_size: int = knob(16, "episodes generated together", minimum=1)
     band_low: float = knob(0.2, "TRACE's band: lowest mean reward and success", minimum=0, maximum=1)
     band_high: float = knob(0.6, "TRACE's band: highest mean reward and success", minimum=0, maximum=1)
@@ -260,7 +264,8 @@ class CalibrationSettings:
     )
 
     def __post_init__(self) -> None:
-        _check_positive(self, "seeds", "max_new_tokens", "max_turns", "batch_size")
+        _check_positive(self, "seeds", "batch_size")
+        _check_caps(self)
         if self.group_size < 2:
             raise ValueError(f"--group-size must be >= 2 (a group needs two samples), got {self.group_size}")
         if not 0.0 <= self.band_low <= self.band_high <= 1.0:
@@ -293,11 +298,11 @@ class RolloutSettings:
 
     episodes: int = knob(64, "episodes to run", minimum=1)
     seed_offset: int = knob(0, "first train-split task index", minimum=0)
-    max_turns: int = knob(20, "turn cap per episode", minimum=1)
+    max_turns: int | None = knob(None, "turn cap per episode (None: " + AUTO_CAPS + ")", minimum=1)
     batch_size: int = knob(8, "episodes in flight", minimum=1)
     temperature: float = knob(0.0, "sampling temperature (0 = greedy)", minimum=0)
     top_p: float = knob(1.0, "nucleus sampling", exclusiveMinimum=0, maximum=1)
-    max_new_tokens: int = knob(256, "tokens per assistant turn", minimum=1)
+    max_new_tokens: int | None = knob(None, "tokens per assistant turn (None: " + AUTO_CAPS + ")", minimum=1)
     max_total_tokens: int = knob(
         32768, "local engine: cut longer conversations (scored as they stand)", minimum=1
     )
@@ -310,7 +315,8 @@ class RolloutSettings:
     )
 
     def __post_init__(self) -> None:
-        _check_positive(self, "episodes", "max_turns", "batch_size", "max_new_tokens", "max_total_tokens")
+        _check_positive(self, "episodes", "batch_size", "max_total_tokens")
+        _check_caps(self)
         _check_positive(self, "seed_offset", minimum=0)
 
 
@@ -327,8 +333,8 @@ class GRPOSettings:
     )
     temperature: float = knob(1.0, "sampling temperature of the rollouts", minimum=0)
     top_p: float = knob(1.0, "nucleus sampling", exclusiveMinimum=0, maximum=1)
-    max_new_tokens: int = knob(128, "tokens per assistant turn", minimum=1)
-    max_turns: int = knob(6, "turn cap per episode", minimum=1)
+    max_new_tokens: int | None = knob(None, "tokens per assistant turn (None: " + AUTO_CAPS + ")", minimum=1)
+    max_turns: int | None = knob(None, "turn cap per episode (None: " + AUTO_CAPS + ")", minimum=1)
     max_total_tokens: int = knob(
         8192,
         "cut a conversation past this many tokens (retail's prompt alone is ~3k SmolLM2 tokens)",
@@ -443,7 +449,8 @@ class GRPOSettings:
         _check_positive(
             self, "groups_per_step", "micro_batch_size", "micro_batch_tokens", "ppo_epochs", "num_minibatches"
         )
-        _check_positive(self, "max_new_tokens", "max_turns", "max_total_tokens")
+        _check_positive(self, "max_total_tokens")
+        _check_caps(self)
         _check_positive(self, "save_every", "max_refill_rounds", minimum=0)
         if self.group_size < 2:
             raise ValueError(
@@ -525,6 +532,11 @@ class GRPOArgs(GRPOSettings, EngineArgs, LoraArgs):
             raise ValueError(
                 "--target-share > 0 needs --target-env-id (the env whose train split is mixed in)"
             )
+
+
+def _check_caps(args: object) -> None:
+    """max_turns and max_new_tokens: a positive int, or None (fitted to the env's oracle, ceiling.fill_caps)."""
+    _check_positive(args, *(n for n in ("max_turns", "max_new_tokens") if getattr(args, n) is not None))
 
 
 def _check_positive(args: object, *names: str, minimum: int = 1) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from trace_gym.records import RecordWriter, read_records, write_records
 from trace_gym.registration import make_env
 from trace_gym.seeds import reset_seed
-from trace_train.ceiling import check_caps
+from trace_train.ceiling import check_caps, fill_caps
 from trace_train.config import EvalSettings
 from trace_train.episodes import run_episodes
 from trace_train.policies.base import Policy, SamplingConfig
@@ -64,7 +64,8 @@ def evaluate(
     played with this very model; those of these tasks are kept as they are and not played again."""
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    s = settings or EvalSettings()
+    # caps left at None are fitted to the env's oracle (ceiling.fill_caps), counted in this policy's tokens
+    s = fill_caps(settings or EvalSettings(), getattr(policy, "renderer", None), env_id, difficulty)
     episodes = s.episodes
     sampling = SamplingConfig(temperature=s.temperature, max_new_tokens=s.max_new_tokens)
     path = Path(out_jsonl) if out_jsonl is not None else None

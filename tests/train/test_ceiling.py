@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.train.toy_envs import LookupEnv  # noqa: F401  (registers traintest/*)
@@ -98,7 +100,7 @@ def test_calibration_refuses_caps_that_cut_the_oracle_before_any_episode(tiny_po
     from trace_train.config import CalibrationSettings
 
     settings = CalibrationSettings(seeds=2, group_size=2, max_turns=1, max_new_tokens=8)
-    with pytest.raises(CeilingError, match="max_turns 1 ends 2"):
+    with pytest.raises(CeilingError, match="max_turns 1 ends the oracle.s own episode early on 2 task"):
         calibrate(LOOKUP, tiny_policy, settings, model_name="tiny")
     # switched off, it runs and records the ceiling it measured per level
     settings = CalibrationSettings(seeds=2, group_size=2, max_turns=1, max_new_tokens=8, min_oracle_ceiling=0)
@@ -122,7 +124,10 @@ def test_evaluation_refuses_caps_that_cut_the_oracle_and_records_the_ceiling(tin
     from trace_train.evaluate import evaluate
 
     out = tmp_path / "eval.jsonl"
-    with pytest.raises(CeilingError, match="evaluating on .*lookup-v0.*max_turns 1 ends 16"):
+    with pytest.raises(
+        CeilingError,
+        match="evaluating on .*lookup-v0.*max_turns 1 ends the oracle.s own episode early on 16 task",
+    ):
         evaluate(tiny_policy, LOOKUP, EvalSettings(episodes=2, max_turns=1, max_new_tokens=8), out_jsonl=out)
     assert not out.exists()  # refused before any episode ran
     result = evaluate(tiny_policy, LOOKUP, EvalSettings(episodes=2, max_turns=2, max_new_tokens=256))
@@ -142,3 +147,32 @@ def test_step1_rollouts_refuse_caps_that_cut_the_oracle(tiny_model_dir, tmp_path
     assert not (tmp_path / "cut" / "trajectories.jsonl").exists()
     summary = rollout(RolloutArgs(**common, out=str(tmp_path / "off"), min_oracle_ceiling=0))
     assert summary.written == 2
+
+
+def test_caps_left_out_are_fitted_to_the_oracle(tiny_policy, tiny_model_dir, tmp_path):
+    """Every command runs as typed without caps: they come from the env's oracle, in the policy's own tokens,
+    with the documented margin; given caps are kept."""
+    from trace_train.base_rollouts import RolloutArgs, rollout
+    from trace_train.ceiling import TOKEN_MARGIN, TURN_MARGIN, auto_caps, fill_caps, oracle_ceiling
+    from trace_train.config import EvalSettings
+    from trace_train.evaluate import evaluate
+
+    measured = oracle_ceiling(
+        tiny_policy.renderer, LOOKUP, tasks=64, difficulty=None, max_new_tokens=10**9, max_turns=10**9
+    )
+    tokens, turns = auto_caps(tiny_policy.renderer, LOOKUP, None)
+    assert turns == measured.most_turns + TURN_MARGIN
+    assert measured.longest_turn * TOKEN_MARGIN <= tokens < measured.longest_turn * TOKEN_MARGIN + 32
+    assert tokens % 32 == 0
+    given = EvalSettings(max_turns=1, max_new_tokens=8)
+    assert fill_caps(given, tiny_policy.renderer, LOOKUP, None) == given
+    half = fill_caps(EvalSettings(max_turns=5), tiny_policy.renderer, LOOKUP, None)
+    assert (half.max_turns, half.max_new_tokens) == (5, tokens)
+    result = evaluate(tiny_policy, LOOKUP, EvalSettings(episodes=2))  # no caps given: not refused
+    assert (result.oracle_ceiling["max_turns"], result.oracle_ceiling["fit"]) == (turns, 16)
+    summary = rollout(
+        RolloutArgs(env_id=LOOKUP, model=str(tiny_model_dir), episodes=2, out=str(tmp_path / "r"))
+    )
+    assert summary.written == 2
+    run = json.loads((tmp_path / "r" / "rollout.json").read_text())
+    assert run["max_turns"] is None and run["caps"] == {"max_turns": turns, "max_new_tokens": tokens}

@@ -25,7 +25,7 @@ import torch
 
 from trace_gym.registration import make_env
 from trace_gym.seeds import check_train_tasks, train_reset_seed
-from trace_train.ceiling import oracle_ceiling, require_ceiling
+from trace_train.ceiling import fill_caps, oracle_ceiling, require_ceiling
 from trace_train.config import GRPOArgs
 from trace_train.engine.attention import replay_attention
 from trace_train.grpo.advantages import group_advantages, informative_groups
@@ -81,6 +81,8 @@ class GRPOTrainer:
         else:
             policy.model = ensure_lora(policy.model, args.lora(), args.init_adapter)
         self.policy = policy.configure(engine=args.engine, tool_format=args.tool_format)
+        # caps left out are fitted to the env's oracle, counted in this policy's tokens (ceiling.fill_caps)
+        self.args = args = fill_caps(args, self.policy.renderer, args.env_id, args.difficulty)
         self.policy.model.to(self.acc.device)
         if args.gradient_checkpointing:
             enable_gradient_checkpointing(self.policy.model)
