@@ -145,7 +145,10 @@ def rollout(args: RolloutArgs, progress: Callable[[int, int], None] | None = Non
                 # caps left out are fitted to the env's oracle; the header keeps what was asked (resume
                 # compares that), the records and rollout.json also say what ran
                 args = fill_caps(args, getattr(policy, "renderer", None), args.env_id, args.difficulty)
-                header = {**header, "caps": {"max_turns": args.max_turns, "max_new_tokens": args.max_new_tokens}}
+                header = {
+                    **header,
+                    "caps": {"max_turns": args.max_turns, "max_new_tokens": args.max_new_tokens},
+                }
                 # failures under caps that cut the oracle itself would read as missing capabilities in step 1
                 check_caps(
                     policy,

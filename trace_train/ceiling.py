@@ -171,7 +171,12 @@ def auto_caps(renderer: Any, env_id: str, difficulty: int | None, tasks: int = 6
             return []
 
     ceiling = oracle_ceiling(
-        renderer or _Count(), env_id, tasks=tasks, difficulty=difficulty, max_new_tokens=10**9, max_turns=10**9
+        renderer or _Count(),
+        env_id,
+        tasks=tasks,
+        difficulty=difficulty,
+        max_new_tokens=10**9,
+        max_turns=10**9,
     )
     if ceiling is None:
         return FALLBACK_NEW_TOKENS, FALLBACK_TURNS
