@@ -79,3 +79,14 @@ def test_building_the_cli_imports_no_model_stack():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_check_refuses_nonsense_seeds_and_a_missing_json_folder_before_running(tmp_path):
+    env = "tests.toy_library:trace/test-library-v0"
+    for seeds in ("0", "-1"):
+        result = trace("check", env, "--seeds", seeds)
+        assert result.returncode == 2 and f"--seeds must be >= 1, got {seeds}" in result.stdout
+        assert "unique" not in result.stdout  # the suite did not run
+    missing = tmp_path / "nodir" / "r.json"
+    result = trace("check", env, "--seeds", "5", "--json", str(missing))
+    assert result.returncode == 2 and "does not exist" in result.stdout and "oracle" not in result.stdout

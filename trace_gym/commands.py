@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -40,6 +41,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     from trace_gym.registration import resolve_env_id
 
     args.env_id = resolve_env_id(args.env_id)
+    for flag, value in (("--seeds", args.seeds), ("--degenerate-seeds", args.degenerate_seeds)):
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    if args.json and not Path(args.json).resolve().parent.is_dir():  # refused before the suite runs
+        raise FileNotFoundError(f"--json {args.json}: folder {Path(args.json).parent} does not exist")
 
     config = ValidationConfig(
         seeds=args.seeds,

@@ -138,9 +138,15 @@ def test_unchanged_output_does_not_cascade(tmp_path):
 
 def test_bad_from_and_bad_order(tmp_path):
     calls = Calls()
-    with pytest.raises(ValueError, match="'nope' is not a stage; stages: first, second, third"):
+    with pytest.raises(ValueError, match="'nope' is not a stage; stages: 01-first, 02-second, 03-third"):
         run(tmp_path, calls, "nope")
     stages = make_stages(calls)
+    pipeline = Pipeline(stages, RunConfig())
+    # a stage by its directory's name, as `trace run --stages` prints it, is that stage
+    assert pipeline.stage_range("02-second", "03-third") == ("second", "third")
+    assert pipeline.stage_range(None, "first") == (None, "first")
+    with pytest.raises(ValueError, match="--from third comes after --until second"):
+        pipeline.stage_range("third", "02-second")
     with pytest.raises(ValueError, match="needs"):
         Pipeline([stages[1], stages[0]], RunConfig())
 

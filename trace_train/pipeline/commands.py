@@ -47,11 +47,7 @@ def run_pipeline(config_path: Path, ns: argparse.Namespace) -> int:
             overrides["out"] = ns.out
         config = load_config(config_path, overrides)
         pipeline = Pipeline(stages_for(config.pipeline), config)
-        for flag, name in (("--from", ns.from_stage), ("--until", ns.until)):
-            if name is not None and name not in pipeline.stage_names():
-                raise ValueError(
-                    f"{flag} {name!r} is not a stage; stages: {', '.join(pipeline.stage_names())}"
-                )
+        ns.from_stage, ns.until = pipeline.stage_range(ns.from_stage, ns.until)  # refused before any work
     except (ConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -189,11 +189,27 @@ class Pipeline:
                 raise StageError(f"another trace run is using {self.out}") from None
             yield
 
+    def stage_range(self, from_stage: str | None, until: str | None) -> tuple[str | None, str | None]:
+        """``--from`` and ``--until`` as stage names: each a stage's name or its directory's (``03-analysis``, as
+        ``trace run --stages`` prints it); a ValueError names a stage that does not exist, or a range whose
+        ``--from`` comes after its ``--until`` (it would redo nothing it names)."""
+        names = self.stage_names()
+        numbered = {f"{i + 1:02d}-{n}": n for i, n in enumerate(names)}
+        found = []
+        for flag, value in (("--from", from_stage), ("--until", until)):
+            if value is not None and value not in names and value not in numbered:
+                raise ValueError(f"{flag} {value!r} is not a stage; stages: {', '.join(numbered)}")
+            found.append(numbered.get(value, value) if value is not None else None)
+        first, last = found
+        if first is not None and last is not None and names.index(first) > names.index(last):
+            raise ValueError(
+                f"--from {first} comes after --until {last}: the run would stop before the stage it redoes"
+            )
+        return first, last
+
     def run(self, from_stage: str | None = None, until: str | None = None) -> list[StageRecord]:
         names = self.stage_names()
-        for flag, value in (("--from", from_stage), ("--until", until)):
-            if value is not None and value not in names:
-                raise ValueError(f"{flag} {value!r} is not a stage; stages: {', '.join(names)}")
+        from_stage, until = self.stage_range(from_stage, until)
         force_from = names.index(from_stage) if from_stage else len(names)
         stop_after = names.index(until) if until else len(names) - 1
         records: list[StageRecord] = []
