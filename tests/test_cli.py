@@ -90,3 +90,17 @@ def test_check_refuses_nonsense_seeds_and_a_missing_json_folder_before_running(t
     missing = tmp_path / "nodir" / "r.json"
     result = trace("check", env, "--seeds", "5", "--json", str(missing))
     assert result.returncode == 2 and "does not exist" in result.stdout and "oracle" not in result.stdout
+
+
+def test_a_busy_port_is_one_error_line_before_any_model_loads():
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = str(held.getsockname()[1])
+        for command in (("env-serve", "tests.toy_library:trace/test-library-v0"), ("serve", "smollm2-135m")):
+            result = trace(*command, "--port", port)
+            out = result.stdout + result.stderr
+            assert result.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in out, out
+            assert "Traceback" not in out and "Loading weights" not in out

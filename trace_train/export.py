@@ -206,6 +206,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     records = read_trajectories(args.trajectories)
     tools = _env_tools(args.env) if args.env else None
     min_reward = None if args.all else args.min_reward
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # as the other formats do
     if args.format == "openai":
         count = write_openai_jsonl(records, args.out, tools=tools, min_reward=min_reward)
     elif args.format == "parquet":

@@ -28,4 +28,13 @@ def test_bad_inputs_are_clear_errors(tmp_path, capsys):
     assert "--from 'nope' is not a stage" in capsys.readouterr().err
     assert main(["demo", "--set", "adapters.steps=0", "--out", str(tmp_path / "o")]) == 2
     assert "adapters.steps: 0 is less than the minimum of 1" in capsys.readouterr().err
+    assert main(["demo", "--set", "target.env_id=trace/retail-v9", "--out", str(tmp_path / "o")]) == 2
+    assert "target.env_id = 'trace/retail-v9' is not a registered env" in capsys.readouterr().err
+    assert (
+        main(
+            ["demo", "--quick", "--from", "adapters", "--until", "03-analysis", "--out", str(tmp_path / "o")]
+        )
+        == 2
+    )
+    assert "--from adapters comes after --until analysis" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()  # nothing was started

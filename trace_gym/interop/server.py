@@ -172,7 +172,7 @@ class EnvServer:
         self.tools = to_json(_tools(probe))
         probe.close()
         self.pool = SessionPool(lambda: gym.make(env_id, **self.make_kwargs), max_sessions, session_timeout)
-        self.httpd = ThreadingHTTPServer((host, port), _handler(self))
+        self.httpd = bind_server(host, port, _handler(self))
         self.httpd.daemon_threads = True
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap_loop, name="session-reaper", daemon=True)
@@ -314,6 +314,23 @@ class EnvServer:
             "session_timeout_s": self.pool.timeout,
             "max_sessions": self.pool.max_sessions,
         }
+
+
+def bind_server(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """A ``ThreadingHTTPServer`` on ``host:port``; a port in use or an address that cannot be bound is a
+    ValueError naming it and the fix (the CLI prints it as one line)."""
+    try:
+        return ThreadingHTTPServer((host, port), handler)
+    except OSError as err:
+        raise ValueError(
+            f"cannot listen on {host}:{port} ({err.strerror or err}): another server may hold the port; "
+            "choose another --port, or --port 0 for any free one"
+        ) from None
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a port that cannot be bound before slow work (loading a model) starts: see :func:`bind_server`."""
+    bind_server(host, port, BaseHTTPRequestHandler).server_close()
 
 
 def serve_until_stopped(server: Any, banner: str) -> None:

@@ -13,6 +13,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from trace_train.pipeline.config import (
     ConfigError,
@@ -37,6 +38,21 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="output folder (overrides the config's `out`)")
 
 
+def _check_env_ids(config: Any) -> None:
+    import gymnasium as gym
+
+    import trace_gym  # noqa: F401 - registers the built-in envs and plugins
+    from trace_gym.registration import resolve_env_id
+
+    ids = [("target.env_id", config.target.env_id)]
+    ids += [("base.warm_start.envs", e) for e in config.base.warm_start.envs]
+    for key, env_id in ids:
+        try:
+            resolve_env_id(env_id)
+        except gym.error.Error as err:
+            raise ValueError(f"{key} = {env_id!r} is not a registered env: {err}") from None
+
+
 def run_pipeline(config_path: Path, ns: argparse.Namespace) -> int:
     from trace_train.pipeline.runner import Pipeline, StageError, summary_lines
     from trace_train.pipeline.stages import stages_for
@@ -46,6 +62,7 @@ def run_pipeline(config_path: Path, ns: argparse.Namespace) -> int:
         if ns.out:
             overrides["out"] = ns.out
         config = load_config(config_path, overrides)
+        _check_env_ids(config)  # an id that does not exist is refused here, not at the stage that makes it
         pipeline = Pipeline(stages_for(config.pipeline), config)
         ns.from_stage, ns.until = pipeline.stage_range(ns.from_stage, ns.until)  # refused before any work
     except (ConfigError, ValueError) as err:

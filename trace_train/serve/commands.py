@@ -7,10 +7,15 @@ import sys
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from trace_gym.interop.server import serve_until_stopped
+    from trace_gym.interop.server import check_port, serve_until_stopped
     from trace_train.policy_factory import make_policy
     from trace_train.serve.server import PolicyServer
 
+    try:
+        check_port(args.host, args.port)  # before the model loads
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     policy = make_policy(args.policy, adapter=args.adapter, dtype=args.dtype, device=args.device)
     server = PolicyServer(
         policy,

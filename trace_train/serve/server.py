@@ -20,10 +20,11 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlparse
 
+from trace_gym.interop.server import bind_server
 from trace_train.policies.base import Conversation, Policy, SamplingConfig, ToolSchema
 from trace_train.serve.protocol import (
     APIError,
@@ -100,7 +101,7 @@ class PolicyServer:
         self.batcher = Batcher(policy, max_batch=max_batch, window=batch_window)
         self.request_timeout = request_timeout
         self.created = int(time.time())
-        self.httpd = ThreadingHTTPServer((host, port), _handler(self))
+        self.httpd = bind_server(host, port, _handler(self))
         self.httpd.daemon_threads = True
 
     @property
