@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from rich.console import Console
 
@@ -48,9 +49,11 @@ def cmd_sft(ns: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(ns: argparse.Namespace) -> int:
+    from trace_gym.openai_client import OpenAIError
     from trace_train.config import EvalSettings, EvaluateArgs, settings_of
     from trace_train.evaluate import evaluate
     from trace_train.metrics import peak_rss_mb
+    from trace_train.policies.remote_generation import RemoteGenerationError
     from trace_train.policy_factory import policy_from_args
 
     try:
@@ -60,6 +63,7 @@ def cmd_evaluate(ns: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = args.out or f"runs/eval/{args.env_id.replace('/', '_').replace(':', '_')}-{args.split}.jsonl"
+    existed, folder_existed = Path(out).exists(), Path(out).parent.exists()
     try:
         result = evaluate(
             policy,
@@ -70,7 +74,11 @@ def cmd_evaluate(ns: argparse.Namespace) -> int:
             out_jsonl=out,
             resume=args.resume,
         )
-    except ValueError as e:  # seeds outside the split, bad files
+    except (ValueError, OpenAIError, RemoteGenerationError) as e:  # bad seeds or files; a server that fails
+        if not existed and Path(out).is_file() and Path(out).stat().st_size == 0:
+            Path(out).unlink()  # no episode finished: leave nothing behind
+            if not folder_existed and not any(Path(out).parent.iterdir()):
+                Path(out).parent.rmdir()
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(result.line())

@@ -280,3 +280,14 @@ def test_list_flags_take_several_values_and_optional_flags_one():
     assert compose.parse_args(["--difficulties", "2", "none", "1"]).difficulties == [2, None, 1]
     with pytest.raises(SystemExit):
         compose.parse_args(["--difficulties", "two"])
+
+
+def test_an_unreachable_server_is_one_error_line_and_leaves_no_output(tmp_path, capsys):
+    from trace_train.cli import main
+
+    out = tmp_path / "new" / "e.jsonl"
+    args = ["evaluate", "trace/rg-arith1-v2", "--base-url", "http://127.0.0.1:1/v1", "--model", "x"]
+    assert main([*args, "--episodes", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "error: POST http://127.0.0.1:1/v1/chat/completions failed" in err and "Traceback" not in err
+    assert not (tmp_path / "new").exists()
