@@ -33,14 +33,13 @@ from trace_train.stats import wilson_interval
 ENV = "trace/retail-v2"
 
 
-def merged_point(fit: Path, adapter: Path, work: Path, dtype: str) -> Path:
-    """``adapter`` merged into the fit's model (as the base stage does), cached in ``work``."""
+def merged_point(model: str, adapter: Path, work: Path, dtype: str) -> Path:
+    """``adapter`` merged into ``model`` (as the base stage does), cached in ``work``."""
     out = work / "merged"
     if (out / "config.json").is_file():
         return out
     from trace_train.policies.hf import HFPolicy
 
-    model = json.loads((fit / "sft_summary.json").read_text())["settings"]["model"]
     policy = HFPolicy.from_pretrained(model, adapter=adapter, dtype=dtype, device="cpu")
     merged = policy.model.merge_and_unload()
     merged.save_pretrained(out)
@@ -100,9 +99,15 @@ def main() -> None:
     p.add_argument("--difficulty", type=int, default=1)
     p.add_argument("--tool-format", default="json")
     p.add_argument("--dtype", default="auto")
+    p.add_argument("--model", default="smollm2-135m", help="the model the fit started from")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--tag", default="", help="suffix of the result keys (e.g. t16 for --max-turns 16)")
     args = p.parse_args()
 
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     fit, out = Path(args.fit), Path(args.out)
     work = Path(args.work) if args.work else fit / "curve"
     out.mkdir(parents=True, exist_ok=True)
@@ -131,7 +136,7 @@ def main() -> None:
             episodes_seen=steps * batch,
             train_loss_last4=sum(losses[max(steps - 4, 0) : steps]) / len(losses[max(steps - 4, 0) : steps]),
         )
-        model = merged_point(fit, adapter, work / name, args.dtype)
+        model = merged_point(args.model, adapter, work / name, args.dtype)
         tag = f"-{args.tag}" if args.tag else ""
         val = play(model, "train", args.val_offset, args.val_episodes, args, work / name / f"val{tag}.jsonl")
         row[f"val{tag}"] = val

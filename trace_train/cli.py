@@ -16,7 +16,9 @@ trace env-serve | serve | export         interoperability (docs/interop.md)
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from gymnasium import error as gym_error
@@ -61,7 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def quiet_libraries() -> None:
+    """Library noise that is not the user's to fix: transformers' weight-loading and GGUF bars (set before it
+    is imported; HF_HUB_DISABLE_PROGRESS_BARS=0 brings them back) and peft's call of a deprecated transformers
+    API."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    warnings.filterwarnings(
+        "ignore", message=".*is_gradient_checkpointing. is deprecated", category=FutureWarning
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    quiet_libraries()
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
