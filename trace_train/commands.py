@@ -40,7 +40,9 @@ def cmd_sft(ns: argparse.Namespace) -> int:
     from trace_train.sft import SFTArgs, run_sft
 
     try:
-        summary = run_sft(from_namespace(SFTArgs, ns))
+        args = from_namespace(SFTArgs, ns)
+        with console.status(f"trace sft {args.env_id}: loading {args.model}") as status:
+            summary = run_sft(args, progress=lambda line: status.update(f"trace sft {args.env_id}: {line}"))
     except (FileNotFoundError, RuntimeError, ValueError) as e:  # ValueError: bad flags, test seeds
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ import math
 import random
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -199,7 +200,9 @@ def _finished_fit(args: SFTArgs) -> dict[str, Any] | None:
     return summary
 
 
-def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
+def run_sft(
+    args: SFTArgs, policy: HFPolicy | None = None, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
     """Fit ``args.episodes`` oracle episodes of ``args.env_id``'s train split; writes OUT/adapter (and
     OUT/merged with ``merge``), OUT/sft_metrics.jsonl and OUT/sft_summary.json.
 
@@ -207,7 +210,8 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
     only); with ``resume`` a run continues from there and ends with the weights the uninterrupted run would
     have (same machine), or refuses a checkpoint of other settings with :class:`CheckpointError`; without
     ``resume`` a checkpoint there is refused too (an interrupted fit's progress is not overwritten). With
-    ``resume``, a fit OUT already finished with these settings is returned as it is."""
+    ``resume``, a fit OUT already finished with these settings is returned as it is. ``progress`` receives a
+    line per phase and per optimiser step (``trace sft`` shows it)."""
     finished = _finished_fit(args)
     if finished is not None:
         return finished
@@ -219,6 +223,8 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
     probe = make_env(args.env_id)
     seeds = [train_reset_seed(args.seed_offset + i, probe) for i in range(args.episodes)]  # never test seeds
     probe.close()
+    say = progress or (lambda _line: None)
+    say(f"replaying {len(seeds)} oracle episodes of {args.env_id} through the policy's renderer")
     trajs, failed = oracle_trajectories(
         policy, args.env_id, seeds, args.max_turns, args.episode_difficulties()
     )
@@ -279,6 +285,11 @@ def run_sft(args: SFTArgs, policy: HFPolicy | None = None) -> dict[str, Any]:
         state["train_cpu_seconds"] = cpu_before + time.process_time() - cpu0
         log.write(json.dumps({"step": state["step"], "epoch": epoch, "loss": loss_value}) + "\n")
         log.flush()
+        per_step = (time.perf_counter() - t0) / (state["step"] - resumed_from)
+        left = (len(plan) - state["step"]) * per_step
+        say(
+            f"step {state['step']}/{len(plan)}: loss {loss_value:.3f}, {per_step:.0f} s/step, ~{left / 60:.0f} min left"
+        )
         if state["step"] in args.snapshot_steps:
             model.save_pretrained(out / "snapshots" / f"step-{state['step']}")
         if args.save_every and (state["step"] % args.save_every == 0 or state["step"] == len(plan)):
