@@ -165,6 +165,32 @@ def test_step_without_action_and_after_the_end(server):
         env.close()
 
 
+def test_ill_typed_actions_are_400_and_use_up_no_turn(server):
+    env = RemoteEnv(server.url)
+    try:
+        env.reset(seed=5)
+        bad = [
+            5,
+            None,
+            [1, 2],
+            {"name": "x"},
+            {"content": 3},
+            {"tool_calls": "get_order"},
+            {"tool_calls": [1]},
+        ]
+        for action in bad:
+            with pytest.raises(RemoteEnvError) as err:
+                env.client.request("POST", "/step", {"session_id": env.session_id, "action": action})
+            assert err.value.status == 400 and "'action" in str(err.value), action
+        total = 0.0
+        for action in oracle(5):  # the refused steps took no turn: the oracle still solves the task
+            _, reward, terminated, truncated, _ = env.step(action)
+            total += reward
+        assert terminated and total > 0
+    finally:
+        env.close()
+
+
 @pytest.mark.slow  # waits on the wall clock (the idle timeout); the fast suite tests the pool on a fake clock
 def test_killed_client_session_is_reaped(small_server):
     server = small_server

@@ -241,6 +241,7 @@ class EnvServer:
             raise RequestError(
                 400, "invalid_request", "'action' is required: a string or {content, tool_calls}"
             )
+        _check_action(body["action"])
         with session.lock:
             if session.episode_id is None:
                 raise RequestError(409, "episode_not_started", "call /reset for this session before /step")
@@ -314,6 +315,32 @@ class EnvServer:
             "session_timeout_s": self.pool.timeout,
             "max_sessions": self.pool.max_sessions,
         }
+
+
+ACTION_SHAPES = (
+    'a string, or an object {"content": string or null, "tool_calls": [ {"name", "arguments"} ... ]}'
+)
+
+
+def _check_action(action: Any) -> None:
+    """A 400 for an action of the wrong type, as the API documents (an env would read it as an empty or malformed
+    message and use up a turn): a string, or a message object with ``content`` and/or ``tool_calls``."""
+    if isinstance(action, str):
+        return
+    if not isinstance(action, dict) or not ({"content", "tool_calls"} & action.keys()):
+        got = (
+            type(action).__name__ if not isinstance(action, dict) else f"an object with keys {sorted(action)}"
+        )
+        raise RequestError(400, "invalid_request", f"'action' must be {ACTION_SHAPES}; got {got}")
+    content, calls = action.get("content"), action.get("tool_calls")
+    if content is not None and not isinstance(content, str):
+        raise RequestError(
+            400, "invalid_request", f"'action.content' must be a string or null; got {content!r}"
+        )
+    if calls is not None and not (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)):
+        raise RequestError(
+            400, "invalid_request", f"'action.tool_calls' must be a list of objects; got {calls!r}"
+        )
 
 
 def bind_server(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:

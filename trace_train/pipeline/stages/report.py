@@ -47,6 +47,16 @@ def base_section(ctx: StageContext) -> Section:
             ]
             for t in base["trained_on"]
         ]
+        shipped = base.get("shipped")
+        if shipped:
+            made = shipped.get("made", {})
+            s.paragraphs.append(
+                f"The warm start is the **shipped base `{shipped['name']}`** (trace_train/bases; adapter sha256 "
+                f"`{shipped['sha256']['adapter_model.safetensors'][:16]}`, checked before use), the fit this run's "
+                f"`[base.warm_start]` asks for, made by `trace base build {shipped['name']}` in "
+                f"{made.get('train_seconds', 0) / 60:.0f} min ({made.get('dtype', '?')} on {made.get('cpu', '?')}); "
+                "`base.warm_start.shipped = false` fits it in the run instead."
+            )
         s.paragraphs.append(
             "Warm start: supervised fine-tuning (LoRA, merged) on oracle trajectories of exactly these train-split tasks:"
         )
