@@ -103,3 +103,13 @@ def test_non_finite_gradients_skip_the_update(tiny_model_dir, tmp_path, monkeypa
     for k, v in t.policy.model.named_parameters():
         if v.requires_grad:
             assert torch.equal(v, before[k])
+
+
+def test_a_resume_path_that_does_not_exist_says_so(tmp_path):
+    from trace_train.grpo.checkpoint import find_checkpoint
+
+    with pytest.raises(CheckpointError, match="no such directory"):
+        find_checkpoint(tmp_path / "no" / "run")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="not a complete trace checkpoint"):
+        find_checkpoint(tmp_path / "empty")

@@ -93,12 +93,19 @@ def save_checkpoint(
 
 def find_checkpoint(path: Path) -> Path:
     """Accept a checkpoint dir, a checkpoints root (uses ``latest``) or a run dir (``<run>/checkpoints``)."""
+    if not path.exists():
+        raise CheckpointError(
+            f"--resume {path}: no such directory (give a run's --out, its checkpoints/ or one step-* directory)"
+        )
     if (path / "checkpoints" / "latest").is_file():
         path = path / "checkpoints"
     if (path / "latest").is_file():
         path = path / (path / "latest").read_text().strip()
     if not (path / "COMPLETE").is_file():
-        raise CheckpointError(f"{path} is not a complete trace checkpoint (missing COMPLETE marker)")
+        raise CheckpointError(
+            f"{path} is not a complete trace checkpoint (no COMPLETE marker: a save cut short, or not a checkpoint "
+            "directory; a run's --out, its checkpoints/ or one step-* directory is)"
+        )
     return path
 
 
