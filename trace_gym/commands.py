@@ -12,10 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
-console = Console()
+from trace_gym.console import make_console
+
+console = make_console()
 
 
 def cmd_envs(args: argparse.Namespace) -> int:

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-from rich.console import Console
 from rich.table import Table
 
+from trace_gym.console import make_console
 from trace_gym.registration import make_env
 from trace_gym.seeds import reset_seed
 from trace_gym.synthesis.calibration import Bands, Calibration, choose_level, level_stats
@@ -31,7 +31,7 @@ from trace_train.config import (
     settings_of,
 )
 
-console = Console()
+console = make_console()
 
 
 def prompt_tokens(policy: Any, env_id: str, difficulty: int | None = None) -> int:

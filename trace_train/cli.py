@@ -22,10 +22,10 @@ import warnings
 from collections.abc import Sequence
 
 from gymnasium import error as gym_error
-from rich.console import Console
 
 from trace_gym import commands as env_commands
 from trace_gym.analysis import commands as analysis_commands
+from trace_gym.console import make_console
 from trace_gym.interop import commands as interop_commands
 from trace_gym.synthesis import commands as synthesis_commands
 from trace_train import calibrate, export
@@ -35,7 +35,7 @@ from trace_train.compose import commands as compose_commands
 from trace_train.pipeline import commands as pipeline_commands
 from trace_train.serve import commands as serve_commands
 
-console = Console()
+console = make_console()
 
 # In the order ``trace --help`` lists them: envs first, then the pipeline's steps, then interoperability.
 COMMAND_MODULES = (

@@ -12,11 +12,10 @@ import json
 import sys
 from pathlib import Path
 
-from rich.console import Console
-
+from trace_gym.console import make_console
 from trace_train.config import add_dataclass_flags, from_namespace
 
-console = Console()
+console = make_console()
 
 
 def cmd_train(ns: argparse.Namespace) -> int:

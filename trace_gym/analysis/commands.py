@@ -17,7 +17,9 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+from trace_gym.console import make_console
+
+console = make_console()
 
 
 def cmd_analyze(ns: argparse.Namespace) -> int:

@@ -14,10 +14,11 @@ import json
 import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
-console = Console()
+from trace_gym.console import make_console
+
+console = make_console()
 
 
 def cmd_synthesize(ns: argparse.Namespace) -> int:
