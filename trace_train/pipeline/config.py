@@ -317,15 +317,21 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ru
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
     for dotted, value in (overrides or {}).items():
         _set_dotted(data, dotted, value)
-    return config_from_dict(data, source=str(path))
+    return config_from_dict(data, source=str(path), overridden=set(overrides or {}))
 
 
-def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
+def config_from_dict(
+    data: dict[str, Any], source: str = "config", overridden: set[str] = frozenset()
+) -> RunConfig:
+    """``overridden``: the dotted keys a ``--set`` gave; an error in one of them names the flag, not the file."""
     import jsonschema
 
     validator = jsonschema.Draft202012Validator(published_schema())
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.path), list(map(str, e.path))))
     if errors:
+        from_flags = [e for e in errors if ".".join(map(str, e.path)) in overridden]
+        if from_flags:
+            raise ConfigError("; ".join(f"--set {_explain(e)}" for e in from_flags[:5]))
         raise ConfigError(f"{source}: " + "; ".join(_explain(e) for e in errors[:5]))
     try:
         return _build(RunConfig, data)
