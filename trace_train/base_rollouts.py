@@ -120,8 +120,7 @@ def rollout(args: RolloutArgs, progress: Callable[[int, int], None] | None = Non
     if (args.max_turns is not None and args.max_turns < 1) or args.batch_size < 1:
         raise RolloutError("--max-turns and --batch-size must be >= 1")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / TRAJECTORIES
+    path = out / TRAJECTORIES  # OUT is made once the run is checked: a refused run leaves no empty folder
     header = run_header(args)
     existing = read_records(path, repair=args.resume)
     if existing and not args.resume:
@@ -164,6 +163,7 @@ def rollout(args: RolloutArgs, progress: Callable[[int, int], None] | None = Non
                 raise RolloutError(str(err)) from err
     finally:
         probe.close()
+    out.mkdir(parents=True, exist_ok=True)
     summary = RolloutSummary(str(path), 0, len(seeds) - len(todo), 0, 0.0)
     start = time.perf_counter()
     if todo:

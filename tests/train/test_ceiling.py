@@ -144,7 +144,7 @@ def test_step1_rollouts_refuse_caps_that_cut_the_oracle(tiny_model_dir, tmp_path
     common = dict(env_id=LOOKUP, model=str(tiny_model_dir), episodes=2, max_turns=1, max_new_tokens=8)
     with pytest.raises(RolloutError, match="rolling out on .*lookup-v0.*set max_turns >= 2"):
         rollout(RolloutArgs(**common, out=str(tmp_path / "cut")))
-    assert not (tmp_path / "cut" / "trajectories.jsonl").exists()
+    assert not (tmp_path / "cut").exists()  # a refused run leaves no output folder
     summary = rollout(RolloutArgs(**common, out=str(tmp_path / "off"), min_oracle_ceiling=0))
     assert summary.written == 2
 
