@@ -70,7 +70,7 @@ def test_existing_file_needs_resume_and_same_settings(tmp_path: Path) -> None:
     before = (tmp_path / "trajectories.jsonl").read_bytes()
     with pytest.raises(RolloutError, match="pass --resume"):
         rollout(args)
-    with pytest.raises(RolloutError, match="max_turns: file 20 vs now 7"):
+    with pytest.raises(RolloutError, match="max_turns: file None vs now 7"):
         rollout(
             RolloutArgs(env_id=ENV, model="oracle", out=str(tmp_path), episodes=3, max_turns=7, resume=True)
         )
