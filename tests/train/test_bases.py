@@ -91,3 +91,24 @@ def test_the_merged_model_is_the_adapters_model(shipped, tmp_path):
         )
     assert torch.allclose(a, b, atol=1e-4)
     assert not torch.allclose(a, base, atol=1e-3)  # the adapter moved the model: the check can fail
+
+
+def test_the_shipped_base_is_intact_and_is_the_demos_warm_start():
+    """The package ships retail-v2's base; its files match the recipe, and demo.toml asks for exactly that fit
+    (so `trace demo` loads it instead of fitting for an hour). Planting a changed lr in demo.toml fails this."""
+    from trace_train.config import SFTSettings, settings_of
+    from trace_train.pipeline.config import builtin_config, load_config
+
+    shipped = bases.by_name("retail-v2-smollm2-135m")
+    bases.verify(shipped)
+    size = (shipped.directory / "adapter_model.safetensors").stat().st_size
+    assert size < 50 * 2**20
+    cfg = load_config(builtin_config("demo"))
+    base = cfg.base
+    key = bases.recipe_key(
+        cfg.target.env_id, base.model, base.tool_format, base.lora_rank, base.lora_alpha, cfg.seed,
+        settings_of(base.warm_start, SFTSettings),
+    )  # fmt: skip
+    assert base.warm_start.enabled and base.warm_start.shipped
+    assert bases.find_shipped(key) == shipped
+    assert "evaluation" in shipped.recipe  # its measured success ships with it

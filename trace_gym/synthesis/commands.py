@@ -27,10 +27,19 @@ def cmd_synthesize(ns: argparse.Namespace) -> int:
     from trace_gym.synthesis.emit import SynthesisError, load_capabilities, new_plugin_package, synthesize
     from trace_gym.synthesis.sandbox import Limits
 
+    project = Path(ns.out)
+    # a --new-package this run creates is removed again when no env is registered into it
+    fresh = (
+        bool(ns.new_package)
+        and not (project / ns.new_package).exists()
+        and not (project / "pyproject.toml").exists()
+    )
+    fresh_project = fresh and not project.exists()
+    outcomes: list = []
     try:
         records, selection_target = load_capabilities(ns.capabilities)
         target = resolve_env_id(ns.target or selection_target or "")
-        out = Path(ns.out)
+        out = project
         if ns.new_package:
             out = new_plugin_package(out, ns.new_package)
         generator = None
@@ -62,6 +71,9 @@ def cmd_synthesize(ns: argparse.Namespace) -> int:
     except (SynthesisError, ValueError) as err:
         console.print(f"[red]error:[/red] {err}", markup=True)
         return 2
+    finally:
+        if fresh and not any(o.accepted for o in outcomes):
+            _remove_new_package(project, ns.new_package, fresh_project)
     table = Table(title=f"trace synthesize -> {out}")
     for column in ("env id", "generator", "result", "reason"):
         table.add_column(column)
@@ -70,6 +82,16 @@ def cmd_synthesize(ns: argparse.Namespace) -> int:
         table.add_row(o.env_id, o.generator, mark, o.reason)
     console.print(table)
     return 0 if all(o.accepted for o in outcomes) else 1
+
+
+def _remove_new_package(project: Path, name: str, remove_project: bool) -> None:
+    import shutil
+
+    shutil.rmtree(project / name, ignore_errors=True)
+    (project / "pyproject.toml").unlink(missing_ok=True)
+    if remove_project and project.is_dir() and not any(project.iterdir()):
+        project.rmdir()
+    console.print(f"no env was registered: the new package {name} in {project} was removed", markup=False)
 
 
 def cmd_isolation(ns: argparse.Namespace) -> int:
