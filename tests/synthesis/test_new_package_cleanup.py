@@ -30,3 +30,4 @@ def test_a_rejected_new_package_is_removed_and_an_existing_one_is_kept(tmp_path,
     (project / "pyproject.toml").write_text("[project]\nname = 'mine'\n")  # the user's project: never removed
     assert main([*args, "--new-package", "my_envs"]) == 1
     assert (project / "pyproject.toml").read_text() == "[project]\nname = 'mine'\n"
+    assert not (project / "my_envs").exists()

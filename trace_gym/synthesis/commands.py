@@ -29,12 +29,11 @@ def cmd_synthesize(ns: argparse.Namespace) -> int:
 
     project = Path(ns.out)
     # a --new-package this run creates is removed again when no env is registered into it
-    fresh = (
-        bool(ns.new_package)
-        and not (project / ns.new_package).exists()
-        and not (project / "pyproject.toml").exists()
-    )
-    fresh_project = fresh and not project.exists()
+    fresh = bool(ns.new_package) and not (project / ns.new_package).exists()
+    made = {
+        "pyproject": fresh and not (project / "pyproject.toml").exists(),
+        "project": fresh and not project.exists(),
+    }
     outcomes: list = []
     try:
         records, selection_target = load_capabilities(ns.capabilities)
@@ -73,7 +72,7 @@ def cmd_synthesize(ns: argparse.Namespace) -> int:
         return 2
     finally:
         if fresh and not any(o.accepted for o in outcomes):
-            _remove_new_package(project, ns.new_package, fresh_project)
+            _remove_new_package(project, ns.new_package, made)
     table = Table(title=f"trace synthesize -> {out}")
     for column in ("env id", "generator", "result", "reason"):
         table.add_column(column)
@@ -84,12 +83,14 @@ def cmd_synthesize(ns: argparse.Namespace) -> int:
     return 0 if all(o.accepted for o in outcomes) else 1
 
 
-def _remove_new_package(project: Path, name: str, remove_project: bool) -> None:
+def _remove_new_package(project: Path, name: str, made: dict[str, bool]) -> None:
+    """Remove what this run created: the package, and the project's pyproject and folder when it made them."""
     import shutil
 
     shutil.rmtree(project / name, ignore_errors=True)
-    (project / "pyproject.toml").unlink(missing_ok=True)
-    if remove_project and project.is_dir() and not any(project.iterdir()):
+    if made["pyproject"]:
+        (project / "pyproject.toml").unlink(missing_ok=True)
+    if made["project"] and project.is_dir() and not any(project.iterdir()):
         project.rmdir()
     console.print(f"no env was registered: the new package {name} in {project} was removed", markup=False)
 
