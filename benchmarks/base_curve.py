@@ -78,6 +78,15 @@ def play(model: Path, split: str, offset: int, episodes: int, args: argparse.Nam
         "cut_by_token_budget": sum(r.get("cut") == "max_total_tokens" for r in records) / n,
         "failed_cut_by_turn_cap": sum(r.get("cut") == "max_turns" and r["reward"] < 1.0 for r in records),
         "wall_s": round(time.time() - started, 1),  # this call's: 0-ish when every episode was kept
+        "settings": {
+            "max_turns": args.max_turns,
+            "max_new_tokens": args.max_new_tokens,
+            "batch_size": args.batch_size,
+            "difficulty": args.difficulty,
+            "tool_format": args.tool_format,
+            "dtype": args.dtype,
+        },
+        "outcomes": [int(r["reward"] >= 1.0) for r in records],
     }
 
 
@@ -95,7 +104,7 @@ def main() -> None:
     )
     p.add_argument("--max-turns", type=int, default=12)
     p.add_argument("--max-new-tokens", type=int, default=192)
-    p.add_argument("--batch-size", type=int, default=40)
+    p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--difficulty", type=int, default=1)
     p.add_argument("--tool-format", default="json")
     p.add_argument("--dtype", default="auto")
