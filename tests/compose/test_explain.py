@@ -129,6 +129,8 @@ def test_cli_explains_the_first_divergence(composition, compose_base, tmp_path, 
     assert "".join(r["token"] for r in data["rows"]).startswith("cancel order 7 now")
     assert main(["explain", str(art), str(a), "--seed", "6"]) == 2
     assert "no episode of seed 6" in capsys.readouterr().err
+    assert main(["explain", str(a), str(art), "--seed", "5"]) == 2  # swapped
+    assert "the arguments look swapped" in capsys.readouterr().err
 
 
 def _solved(record: dict, success: bool) -> dict:

@@ -59,6 +59,14 @@ def cmd_explain(ns: argparse.Namespace) -> int:
     from trace_train.compose.baselines import MoEPolicy
     from trace_train.compose.model import CompositionError
 
+    if Path(ns.composition).is_file() and Path(ns.episodes).is_dir():
+        print(
+            f"error: the arguments look swapped: {ns.composition} is a file and {ns.episodes} a directory; "
+            f"the composition artefact (a directory) comes first: trace explain {ns.episodes} {ns.composition} "
+            f"--seed {ns.seed}",
+            file=sys.stderr,
+        )
+        return 2
     try:
         record = explain.read_episode(ns.episodes, ns.seed)
         turn = ns.turn
