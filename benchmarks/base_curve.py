@@ -147,10 +147,13 @@ def main() -> None:
         )
         model = merged_point(args.model, adapter, work / name, args.dtype)
         tag = f"-{args.tag}" if args.tag else ""
-        val = play(model, "train", args.val_offset, args.val_episodes, args, work / name / f"val{tag}.jsonl")
-        row[f"val{tag}"] = val
-        print(f"{name} (N={steps * batch}) val{tag}: {val['successes']}/{val['episodes']}", flush=True)
-        curve_path.write_text(json.dumps(curve, indent=2) + "\n")
+        if args.val_episodes:
+            val = play(
+                model, "train", args.val_offset, args.val_episodes, args, work / name / f"val{tag}.jsonl"
+            )
+            row[f"val{tag}"] = val
+            print(f"{name} (N={steps * batch}) val{tag}: {val['successes']}/{val['episodes']}", flush=True)
+            curve_path.write_text(json.dumps(curve, indent=2) + "\n")
         if name in args.test_points:
             test = play(model, "test", 0, args.test_episodes, args, work / name / f"test{tag}.jsonl")
             row[f"test{tag}"] = test

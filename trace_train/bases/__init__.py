@@ -67,10 +67,10 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def shipped_bases(root: Path = BASES_DIR) -> list[ShippedBase]:
-    """Every base shipped under ``root`` (a directory with a recipe.json), by name."""
+def shipped_bases(root: Path | None = None) -> list[ShippedBase]:
+    """Every base shipped under ``root`` (default: the package's; a directory with a recipe.json), by name."""
     bases = []
-    for recipe_path in sorted(root.glob("*/recipe.json")):
+    for recipe_path in sorted((root or BASES_DIR).glob("*/recipe.json")):
         try:
             recipe = json.loads(recipe_path.read_text())
         except ValueError as exc:
@@ -79,7 +79,7 @@ def shipped_bases(root: Path = BASES_DIR) -> list[ShippedBase]:
     return bases
 
 
-def by_name(name: str, root: Path = BASES_DIR) -> ShippedBase:
+def by_name(name: str, root: Path | None = None) -> ShippedBase:
     bases = {b.name: b for b in shipped_bases(root)}
     if name not in bases:
         raise ShippedBaseError(f"no shipped base named {name!r} (shipped: {', '.join(bases) or 'none'})")
@@ -124,7 +124,7 @@ def key_of_recipe(recipe: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def find_shipped(key: dict[str, Any], root: Path = BASES_DIR) -> ShippedBase | None:
+def find_shipped(key: dict[str, Any], root: Path | None = None) -> ShippedBase | None:
     """The shipped base whose recipe is exactly the fit ``key`` (from :func:`recipe_key`) asks for, if any."""
     for base in shipped_bases(root):
         if key_of_recipe(base.recipe) == key:

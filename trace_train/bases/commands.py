@@ -45,7 +45,7 @@ def _git_commit() -> str | None:
     return done.stdout.strip() or None
 
 
-def install_fit(name: str, fit_dir: Path, root: Path = BASES_DIR, dtype: str | None = None) -> ShippedBase:
+def install_fit(name: str, fit_dir: Path, root: Path | None = None, dtype: str | None = None) -> ShippedBase:
     """Copy a finished ``trace sft`` fit (its OUT directory) into the package as shipped base ``name``, with the
     recipe: every setting of the fit, how it was made, and each adapter file's sha256. An evaluation record a
     previous recipe of that name holds is kept only when the adapter did not change."""
@@ -55,7 +55,7 @@ def install_fit(name: str, fit_dir: Path, root: Path = BASES_DIR, dtype: str | N
     summary = json.loads(summary_path.read_text())
     if summary.get("settings") is None:
         raise ValueError(f"{summary_path} records no settings (an older fit): refit it with `trace sft`")
-    target = root / name
+    target = (root or BASES_DIR) / name
     target.mkdir(parents=True, exist_ok=True)
     for file in ADAPTER_FILES:
         shutil.copyfile(fit_dir / "adapter" / file, target / file)
