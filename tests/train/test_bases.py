@@ -112,3 +112,17 @@ def test_the_shipped_base_is_intact_and_is_the_demos_warm_start():
     assert base.warm_start.enabled and base.warm_start.shipped
     assert bases.find_shipped(key) == shipped
     assert "evaluation" in shipped.recipe  # its measured success ships with it
+
+
+def test_the_base_commands(shipped, tmp_path, monkeypatch, capsys):
+    from trace_train.cli import main
+
+    monkeypatch.setattr(bases, "BASES_DIR", shipped.directory.parent)
+    assert main(["base", "list"]) == 0
+    assert "shipped base toy-tiny" in capsys.readouterr().out
+    assert main(["base", "verify"]) == 0
+    assert "toy-tiny: ok" in capsys.readouterr().out
+    assert main(["base", "build", "toy-tiny", "--out", str(tmp_path / "b")]) == 0
+    assert "equals the shipped one" in capsys.readouterr().out
+    assert main(["base", "verify", "nope"]) == 2
+    assert "no shipped base named 'nope'" in capsys.readouterr().out
