@@ -1,5 +1,5 @@
-"""A fresh clone loads the shipped base and plays its first test tasks to the outcomes its recipe records
-(greedy, on a CPU that picks the same dtype as the one that measured them)."""
+"""A fresh clone loads the shipped base and plays its first 32 test tasks to the outcomes its recipe records
+(greedy, on a CPU where `dtype = auto` picks the dtype that measured them; else skipped)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from trace_train import bases
 
-N_TASKS = 32  # the first 32 of the recipe's 128 test tasks, as `trace evaluate --episodes 32` plays them
+N_TASKS = 32  # the first 32 of the recipe's 128 test tasks
 
 
 @pytest.mark.slow
@@ -41,6 +41,7 @@ def test_the_shipped_base_reproduces_its_recorded_test_outcomes(tmp_path):
         difficulty=caps["difficulty"],
     )
     outcomes = [int(r["reward"] >= 1.0) for r in result.trajectories]
-    # the outcomes of `trace evaluate --episodes 32` at the recipe's settings (batch composition changes bf16
-    # rounding, so they are recorded from that very command, not sliced from the 128-task run)
-    assert outcomes == record["first_32_outcomes"]
+    # greedy: the same tasks give the same outcomes as the recorded 128-task run on a CPU with the same dtype;
+    # the decode batch holds other tasks there than here, and bf16 rounding may differ with the batch, which
+    # this test would expose
+    assert outcomes == record["test_outcomes"][:N_TASKS]
