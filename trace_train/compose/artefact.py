@@ -26,6 +26,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from trace_train.bases import sha256_of
 from trace_train.compose.model import Composition, CompositionError, compose_lora_weights
 
 FORMAT = "trace-composition"
@@ -52,12 +53,8 @@ class AdapterSpec:
     description: str | None = None
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+# one file hashing for every artefact that records its sha256 (shipped bases too; that module is light to import)
+sha256_file = sha256_of
 
 
 def base_fingerprint(model: PreTrainedModel) -> str:
