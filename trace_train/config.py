@@ -560,6 +560,12 @@ class SFTSettings:
     difficulty: int | None = knob(
         None, "difficulty of the oracle episodes (None: the env's default)", minimum=0
     )
+    teacher: str = knob(
+        "oracle",
+        "whose episodes are fitted: oracle (only those that score 1.0 are kept), or oracle-without:CAPABILITY, "
+        "the oracle with that capability removed, every episode kept whatever it scores: a base with a planted "
+        "gap, for the known-answer test (docs/known-answer.md)",
+    )
     levels: list[int] = knob(
         [],
         "spread the oracle episodes over these difficulty levels, in turn (empty: all at `difficulty`). On a "
@@ -602,6 +608,17 @@ class SFTSettings:
             )
         if any(not isinstance(level, int) or level < 0 for level in self.levels):
             raise ValueError(f"--levels must be integers >= 0, got {self.levels!r}")
+        if self.teacher != "oracle" and (
+            not self.teacher.startswith("oracle-without:") or self.teacher == "oracle-without:"
+        ):
+            raise ValueError(
+                f"--teacher must be oracle or oracle-without:CAPABILITY (e.g. oracle-without:policy-adherence), "
+                f"got {self.teacher!r}"
+            )
+
+    def removed_capability(self) -> str | None:
+        """The capability the teacher leaves out (``oracle-without:CAP``), or None for the full oracle."""
+        return self.teacher.removeprefix("oracle-without:") if self.teacher != "oracle" else None
 
     def episode_difficulties(self) -> list[int | None]:
         """The difficulty of each oracle episode: ``levels`` in turn, or ``difficulty`` for all."""

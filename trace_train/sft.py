@@ -3,7 +3,8 @@
 Trajectories are produced by the same rollout code as GRPO with a "teacher" generator that emits the
 oracle's assistant turns rendered in the policy's own output format (``<tool_call>`` text + end-of-turn
 token). So the chat formatting and the token-id masks are exactly those of GRPO, and only the agent's
-tokens are trained. Only trajectories that score 1.0 when the rendered text is replayed are kept.
+tokens are trained. Only trajectories that score 1.0 when the rendered text is replayed are kept, except with the
+teacher ``oracle-without:CAP`` (a base with a planted gap), whose every episode is kept.
 """
 
 from __future__ import annotations
@@ -50,10 +51,18 @@ def oracle_trajectories(
     seeds: list[int],
     max_turns: int = 12,
     difficulty: int | None | list[int | None] = None,
+    without: str | None = None,
 ) -> tuple[list[Trajectory], int]:
     """Replay each env's oracle through the policy's renderer; returns (successful trajectories, failures).
-    ``difficulty``: one for every seed, or a list with one per seed."""
+    ``difficulty``: one for every seed, or a list with one per seed. ``without``: replay the oracle with that
+    capability removed instead (``oracle_actions(without=...)``) and keep every trajectory, whatever it scores
+    (the failures are the point: a base with a planted gap); failures then counts the episodes that scored
+    below 1.0."""
     envs = [make_env(env_id) for _ in seeds]
+    if without is not None:
+        from trace_train.policies.scripted import ScriptedAgent
+
+        ScriptedAgent(without).check(envs[0])  # names what the env can remove, before any episode runs
     per_seed = difficulty if isinstance(difficulty, list) else [difficulty] * len(seeds)
     if len(per_seed) != len(seeds):
         raise ValueError(f"{len(per_seed)} difficulties for {len(seeds)} seeds")
@@ -68,7 +77,8 @@ def oracle_trajectories(
         out = []
         for i in active:
             if i not in scripts:  # first call for this env: reset has happened inside collect
-                scripts[i] = list(envs[i].unwrapped.oracle_actions())
+                oracle = envs[i].unwrapped.oracle_actions
+                scripts[i] = list(oracle() if without is None else oracle(without=without))
             actions = scripts[i]
             text = assistant_text(actions[turn]) if turn < len(actions) else ""
             out.append(policy.renderer.encode(text) + [eos])
@@ -85,6 +95,8 @@ def oracle_trajectories(
         generator=teacher,
     )
     ok = [t for t in trajs if t.reward >= 1.0]
+    if without is not None:
+        return trajs, len(trajs) - len(ok)
     return ok, len(trajs) - len(ok)
 
 
@@ -224,9 +236,9 @@ def run_sft(
     seeds = [train_reset_seed(args.seed_offset + i, probe) for i in range(args.episodes)]  # never test seeds
     probe.close()
     say = progress or (lambda _line: None)
-    say(f"replaying {len(seeds)} oracle episodes of {args.env_id} through the policy's renderer")
+    say(f"replaying {len(seeds)} {args.teacher} episodes of {args.env_id} through the policy's renderer")
     trajs, failed = oracle_trajectories(
-        policy, args.env_id, seeds, args.max_turns, args.episode_difficulties()
+        policy, args.env_id, seeds, args.max_turns, args.episode_difficulties(), args.removed_capability()
     )
     if not trajs:
         raise RuntimeError(f"no oracle trajectory of {args.env_id} scored 1.0 ({failed} failed)")
@@ -304,6 +316,8 @@ def run_sft(
     losses = state["losses"]
     summary = {
         "trajectories": len(trajs),
+        "teacher": args.teacher,
+        # with the full oracle, the episodes dropped; with oracle-without:CAP, the kept episodes that fail
         "oracle_failures": failed,
         "steps": state["step"],
         "resumed_from_step": resumed_from,

@@ -64,13 +64,25 @@ def test_only_the_exact_fit_finds_the_shipped_base(shipped):
     )
     root = shipped.directory.parent
     assert bases.find_shipped(bases.recipe_key(**key, sft=sft), root=root) == shipped
-    for change in ({"episodes": 7}, {"lr": 2e-2}, {"seed_offset": 1}, {"difficulty": 2}, {"levels": [1, 2]}):
+    for change in (
+        {"episodes": 7},
+        {"lr": 2e-2},
+        {"seed_offset": 1},
+        {"difficulty": 2},
+        {"levels": [1, 2]},
+        {"teacher": "oracle-without:policy-adherence"},
+    ):
         assert bases.find_shipped(bases.recipe_key(**key, sft={**sft, **change}), root=root) is None, change
     for change in ({"tool_format": "compact"}, {"lora_rank": 8}, {"seed": 1}, {"env_id": "trace/retail-v2"}):
         assert bases.find_shipped(bases.recipe_key(**{**key, **change}, sft=sft), root=root) is None, change
     # memory and checkpointing knobs change neither the data nor the updates
     same = {**sft, "micro_batch_tokens": 512, "gradient_checkpointing": True, "save_every": 5}
     assert bases.find_shipped(bases.recipe_key(**key, sft=same), root=root) == shipped
+    # a recipe written before the teacher setting existed was fitted on the full oracle
+    older = {k: v for k, v in sft.items() if k != "teacher"}
+    assert (
+        bases.find_shipped(bases.recipe_key(**key, sft={**older, "teacher": "oracle"}), root=root) == shipped
+    )
 
 
 def test_the_merged_model_is_the_adapters_model(shipped, tmp_path):

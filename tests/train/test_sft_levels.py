@@ -40,7 +40,7 @@ def test_each_oracle_episode_starts_at_its_own_level(tiny_policy):
 def test_run_sft_fits_the_episodes_at_the_levels_it_is_given(tiny_policy, monkeypatch, tmp_path):
     asked = []
 
-    def oracle(policy, env_id, seeds, max_turns, difficulty):
+    def oracle(policy, env_id, seeds, max_turns, difficulty, without=None):
         asked.append(difficulty)
         raise RuntimeError("stop after the oracle episodes are asked for")
 

@@ -30,7 +30,10 @@ MATCHED_SFT_KEYS = (
     "max_turns",
     "difficulty",
     "levels",
+    "teacher",
 )
+# recipes written before a setting existed were made with its default
+SFT_KEY_DEFAULTS = {"teacher": "oracle"}
 
 
 class ShippedBaseError(ValueError):
@@ -111,7 +114,7 @@ def recipe_key(
         "tool_format": tool_format,
         "lora": [lora_rank, lora_alpha],
         "seed": seed,
-        "sft": {k: sft[k] for k in MATCHED_SFT_KEYS},
+        "sft": {k: sft[k] if k in sft else SFT_KEY_DEFAULTS[k] for k in MATCHED_SFT_KEYS},
     }
     return json.loads(json.dumps(key))
 
