@@ -59,10 +59,38 @@ def resolve_model(name_or_path: str | os.PathLike) -> Path:
     path = Path(name).expanduser()
     if (path / "config.json").is_file():
         return path
+    from trace_train.bases import shipped_bases
+
+    shipped = {base.name: base for base in shipped_bases()}
+    if name in shipped:
+        return _materialised_base(shipped[name])
     raise FileNotFoundError(
-        f"unknown model '{name}': pass a local Hugging Face model directory or one of {sorted(EMBEDDED_MODELS)} "
-        "(no hub downloads are made)"
+        f"unknown model '{name}': pass a local Hugging Face model directory, one of {sorted(EMBEDDED_MODELS)} "
+        f"or a shipped base ({', '.join(sorted(shipped)) or 'none'}; `trace base list`) (no hub downloads are made)"
     )
+
+
+def _materialised_base(base) -> Path:
+    """A shipped base (trace_train/bases) as a plain model directory: its adapter merged into its model, in
+    float32, once per adapter hash under the cache (a run's dtype is applied when it loads)."""
+    from trace_train.bases import materialise
+
+    sha = base.recipe["sha256"]["adapter_model.safetensors"]
+    target = cache_root() / f"base-{base.name}-{sha[:12]}"
+    if (target / "merged" / "config.json").is_file():
+        return target / "merged"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".merge-"))
+    try:
+        materialise(base, tmp, dtype="float32")  # verifies the adapter's sha256 first
+        if target.exists():  # a concurrent process won the race
+            shutil.rmtree(tmp)
+        else:
+            os.replace(tmp, target)  # atomic: a half-written merge is never visible
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target / "merged"
 
 
 def _convert_gguf(gguf: Path, target: Path) -> None:

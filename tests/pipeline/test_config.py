@@ -61,7 +61,9 @@ def test_bad_configs_name_the_problem(tmp_path, text, message):
 def test_missing_file_and_unknown_builtin(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.toml")
-    with pytest.raises(ConfigError, match="built-in: arith, bfcl-quick, demo, gpu, quick"):
+    with pytest.raises(
+        ConfigError, match="built-in: arith, bfcl-quick, demo, gpu, known-policy-adherence, quick"
+    ):
         builtin_config("fast")
 
 

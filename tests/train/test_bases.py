@@ -79,10 +79,21 @@ def test_only_the_exact_fit_finds_the_shipped_base(shipped):
     same = {**sft, "micro_batch_tokens": 512, "gradient_checkpointing": True, "save_every": 5}
     assert bases.find_shipped(bases.recipe_key(**key, sft=same), root=root) == shipped
     # a recipe written before the teacher setting existed was fitted on the full oracle
-    older = {k: v for k, v in sft.items() if k != "teacher"}
-    assert (
-        bases.find_shipped(bases.recipe_key(**key, sft={**older, "teacher": "oracle"}), root=root) == shipped
-    )
+    older = {**shipped.recipe, "sft": {k: v for k, v in sft.items() if k != "teacher"}}
+    assert bases.key_of_recipe(older) == bases.recipe_key(**key, sft={**sft, "teacher": "oracle"})
+    assert bases.key_of_recipe(older) != bases.recipe_key(**key, sft={**sft, "teacher": "oracle-without:x"})
+
+
+def test_a_shipped_base_name_is_a_model_name(shipped, tmp_path, monkeypatch):
+    from trace_train.models import resolve_model
+
+    monkeypatch.setattr(bases, "BASES_DIR", shipped.directory.parent)
+    monkeypatch.setenv("TRACE_CACHE", str(tmp_path / "cache"))
+    merged = resolve_model("toy-tiny")
+    assert merged.parent.name.startswith("base-toy-tiny-") and merged.parent.parent == tmp_path / "cache"
+    assert (merged / "config.json").is_file() and resolve_model("toy-tiny") == merged  # merged once
+    with pytest.raises(FileNotFoundError, match=r"or a shipped base \(toy-tiny; `trace base list`\)"):
+        resolve_model("toy-tiny-2")
 
 
 def test_the_merged_model_is_the_adapters_model(shipped, tmp_path):
@@ -105,17 +116,25 @@ def test_the_merged_model_is_the_adapters_model(shipped, tmp_path):
     assert not torch.allclose(a, base, atol=1e-3)  # the adapter moved the model: the check can fail
 
 
-def test_the_shipped_base_is_intact_and_is_the_demos_warm_start():
-    """The package ships retail-v2's base; its files match the recipe, and demo.toml asks for exactly that fit
-    (so `trace demo` loads it instead of fitting for an hour). Planting a changed lr in demo.toml fails this."""
+@pytest.mark.parametrize(
+    ("name", "config"),
+    [
+        ("retail-v2-smollm2-135m", "demo"),
+        ("retail-v2-smollm2-135m-without-policy-adherence", "known-policy-adherence"),
+    ],
+)
+def test_the_shipped_base_is_intact_and_is_the_configs_warm_start(name, config):
+    """The package ships retail-v2's base (and the planted one of the known-answer test); its files match the
+    recipe, and the config asks for exactly that fit (so `trace run` loads it instead of fitting for an hour).
+    Planting a changed lr in demo.toml fails this."""
     from trace_train.config import SFTSettings, settings_of
     from trace_train.pipeline.config import builtin_config, load_config
 
-    shipped = bases.by_name("retail-v2-smollm2-135m")
+    shipped = bases.by_name(name)
     bases.verify(shipped)
     size = (shipped.directory / "adapter_model.safetensors").stat().st_size
     assert size < 50 * 2**20
-    cfg = load_config(builtin_config("demo"))
+    cfg = load_config(builtin_config(config))
     base = cfg.base
     key = bases.recipe_key(
         cfg.target.env_id, base.model, base.tool_format, base.lora_rank, base.lora_alpha, cfg.seed,
@@ -123,7 +142,8 @@ def test_the_shipped_base_is_intact_and_is_the_demos_warm_start():
     )  # fmt: skip
     assert base.warm_start.enabled and base.warm_start.shipped
     assert bases.find_shipped(key) == shipped
-    assert "evaluation" in shipped.recipe  # its measured success ships with it
+    if config == "demo":
+        assert "evaluation" in shipped.recipe  # its measured success ships with it
 
 
 def test_the_base_commands(shipped, tmp_path, monkeypatch, capsys):
