@@ -66,15 +66,19 @@ def cmd_evaluate(ns: argparse.Namespace) -> int:
     out = args.out or f"runs/eval/{args.env_id.replace('/', '_').replace(':', '_')}-{args.split}.jsonl"
     existed, folder_existed = Path(out).exists(), Path(out).parent.exists()
     try:
-        result = evaluate(
-            policy,
-            args.env_id,
-            EvalSettings(**settings_of(args, EvalSettings)),
-            split=args.split,
-            difficulty=args.difficulty,
-            out_jsonl=out,
-            resume=args.resume,
-        )
+        with console.status(f"evaluating {args.model} on {args.env_id} ({args.split})") as status:
+            result = evaluate(
+                policy,
+                args.env_id,
+                EvalSettings(**settings_of(args, EvalSettings)),
+                split=args.split,
+                difficulty=args.difficulty,
+                out_jsonl=out,
+                resume=args.resume,
+                progress=lambda done, total, passed: status.update(
+                    f"evaluating {args.model} on {args.env_id}: {done}/{total} episodes finished, {passed} passed"
+                ),
+            )
     except (ValueError, OpenAIError, RemoteGenerationError) as e:  # bad seeds or files; a server that fails
         if not existed and Path(out).is_file() and Path(out).stat().st_size == 0:
             Path(out).unlink()  # no episode finished: leave nothing behind

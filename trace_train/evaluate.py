@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ def evaluate(
     out_jsonl: str | Path | None = None,
     resume: bool = False,
     reuse: Iterable[dict[str, Any]] = (),
+    progress: Callable[[int, int, int], None] | None = None,
 ) -> EvalResult:
     """Greedy by default; seeds are ``reset_seed(split, seed_offset + i)`` so test seeds never overlap training.
 
@@ -61,7 +62,8 @@ def evaluate(
     ``out_jsonl`` receives each episode as it finishes (in the order of the tasks once all are done); with
     ``resume`` the episodes it already holds for these tasks are kept and only the others run (an evaluation
     interrupted after 150 of 200 episodes runs the last 50). ``reuse``: episode records that another evaluation
-    played with this very model; those of these tasks are kept as they are and not played again."""
+    played with this very model; those of these tasks are kept as they are and not played again. ``progress``
+    receives (episodes finished, episodes in all, successes) after each episode ends."""
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     # caps left at None are fitted to the env's oracle (ceiling.fill_caps), counted in this policy's tokens
@@ -95,6 +97,16 @@ def evaluate(
     if path is not None:  # rewritten with what is kept, then each episode appended the moment it ends
         write_records(path, done.values())
     writer = RecordWriter(path) if path is not None else None
+    finished = [len(specs) - len(todo), sum(r["reward"] >= 1.0 for r in done.values())]
+
+    def on_record(record: dict[str, Any]) -> None:
+        if writer is not None:
+            writer.write(record)
+        finished[0] += 1
+        finished[1] += record["reward"] >= 1.0
+        if progress is not None:
+            progress(finished[0], len(specs), finished[1])
+
     try:
         fresh = run_episodes(
             policy,
@@ -104,7 +116,7 @@ def evaluate(
             max_turns=s.max_turns,
             batch_size=s.batch_size,
             max_total_tokens=s.max_total_tokens,
-            on_record=writer.write if writer is not None else None,
+            on_record=on_record,
         )
     finally:
         if writer is not None:

@@ -131,13 +131,19 @@ def auto_dtype(device: str = "cpu") -> torch.dtype:
     A CUDA device asks torch. A CPU is measured: with AMX or AVX512-BF16 a bf16 linear layer runs ~4x faster
     than float32, but on a CPU with only AVX2 torch emulates bf16 and the same layer runs ~7x *slower* (16 vs
     116 GFLOP/s on a 2-core AMD EPYC; a plain 2048x2048 bf16 matmul 0.3 GFLOP/s), so a fixed ``bfloat16``
-    default would make every command crawl there. The probe takes ~50 ms once per process.
+    default would make every command crawl there. The probe takes ~100 ms once per process.
     """
     if device.startswith("cuda"):
         return (
             torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
         )
-    bf16, fp32 = _matmul_rate(torch.bfloat16), _matmul_rate(torch.float32)
+    # alternated, best of five each: on a shared CPU another process can take a core during one probe, and the
+    # first probe of each after another alone flipped the choice to float32 on an AVX512-BF16 EPYC 2 times in 10
+    # (beside a running evaluation); alternated best-of-5 chose bf16 10/10 there
+    bf16 = fp32 = 0.0
+    for _ in range(5):
+        bf16 = max(bf16, _matmul_rate(torch.bfloat16, repeats=1))
+        fp32 = max(fp32, _matmul_rate(torch.float32, repeats=1))
     choice = torch.bfloat16 if bf16 >= fp32 else torch.float32
     print(
         f"[trace] dtype auto -> {str(choice).removeprefix('torch.')} "

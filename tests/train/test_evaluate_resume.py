@@ -63,3 +63,22 @@ def test_a_finished_evaluation_resumes_to_itself_without_running(
 
     monkeypatch.setattr(ev, "stream_collect", lambda *a, **k: pytest.fail("nothing should run"))
     assert _eval(policy, out, resume=True, episodes=episodes).trajectories == first.trajectories
+
+
+def test_progress_counts_the_kept_episodes_then_each_new_one(tiny_model_dir, tmp_path):
+    policy = HFPolicy.from_pretrained(str(tiny_model_dir))
+    full = _eval(policy, tmp_path / "full.jsonl")
+    lines = (tmp_path / "full.jsonl").read_text().splitlines()
+    part = tmp_path / "part.jsonl"
+    part.write_text("\n".join(lines[:2]) + "\n")
+    seen = []
+    evaluate(
+        policy,
+        "traintest/lookup-v0",
+        EvalSettings(episodes=6, max_new_tokens=6, max_turns=2, batch_size=2, min_oracle_ceiling=0),
+        out_jsonl=part,
+        resume=True,
+        progress=lambda done, total, passed: seen.append((done, total, passed)),
+    )
+    assert [done for done, _, _ in seen] == [3, 4, 5, 6] and {total for _, total, _ in seen} == {6}
+    assert seen[-1][2] == sum(r["reward"] >= 1.0 for r in full.trajectories)

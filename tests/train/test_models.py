@@ -88,7 +88,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
 def test_auto_dtype_takes_bf16_only_where_it_is_faster(monkeypatch, bf16_rate, expected):
     # an AMX CPU (bf16 ~4x fp32) vs an AVX2-only one, where torch emulates bf16 (~7x slower than fp32)
     rates = {torch.bfloat16: bf16_rate, torch.float32: 1.2e11}
-    monkeypatch.setattr(models, "_matmul_rate", lambda dtype: rates[dtype])
+    monkeypatch.setattr(models, "_matmul_rate", lambda dtype, repeats=3: rates[dtype])
     models.auto_dtype.cache_clear()
     try:
         assert models.resolve_dtype("auto") is expected
