@@ -5,9 +5,10 @@ Makes the calls that change the state exactly as the request needs them (right f
 Source target
     ``trace/bfcl-multi-turn-v0`` (``trace_gym.targets.bfcl.env.BfclMultiTurnEnv``) made with the keyword arguments ``{}``;
     its system prompt, tools, user simulator and verifier are used unchanged. The tasks are the target's
-    train-split tasks that exercise state-changing-calls, one instance per decision point:
+    train-split tasks that exercise state-changing-calls, one source per decision point:
     1207 (train) / 237 (test) sources from the target's train seeds
-    0..999 (this env's two splits are a content split of the target's train split).
+    0..999 (this env's two splits are a content split of the target's train split);
+    a level plays each distinct start once (at level 4, each task once).
 Observation space
     The target's: the conversation so far as OpenAI chat messages, the replayed prefix included
     (``info["prefix_messages"]`` of them are context, not the agent's).

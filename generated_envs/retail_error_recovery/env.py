@@ -5,9 +5,10 @@ Notices when a tool call fails or an assumption turns out wrong, finds out why, 
 Source target
     ``trace/retail-v2`` (``trace_gym.targets.retail.env.RetailEnv``) made with the keyword arguments ``{}``;
     its system prompt, tools, user simulator and verifier are used unchanged. The tasks are the target's
-    train-split tasks that exercise error-recovery, one instance per decision point:
+    train-split tasks that exercise error-recovery, one source per decision point:
     318 (train) / 83 (test) sources from the target's train seeds
-    0..999 (this env's two splits are a content split of the target's train split).
+    0..999 (this env's two splits are a content split of the target's train split);
+    a level plays each distinct start once (at level 4, each task once).
 Observation space
     The target's: the conversation so far as OpenAI chat messages, the replayed prefix included
     (``info["prefix_messages"]`` of them are context, not the agent's).

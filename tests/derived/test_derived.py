@@ -10,7 +10,7 @@ from gymnasium.utils.env_checker import check_env
 
 import trace_gym  # noqa: F401 - registers the ids
 from trace_gym.derived.levels import BACK_OFF, LEVELS, ladder_levels, prefix_length
-from trace_gym.derived.pool import sources
+from trace_gym.derived.pool import Source, level_sources, one_per_start, sources
 from trace_gym.derived.registration import derived_id, register_derived
 from trace_gym.derived.shaped import SHAPED_KEY, ordered_share, shaped_reward
 
@@ -59,6 +59,42 @@ def test_levels_are_start_depths():
         prefix_length(3, 5)
 
 
+def test_a_level_has_one_instance_per_start():
+    """Issue 52: decision points of one task whose prefixes coincide at a level start the same episode; the
+    level keeps one of them, naming the earliest decision point, in the pool's order."""
+    pool = (
+        Source(5, 8, "k5", "t5"),
+        Source(9, 4, "k9", "t9"),
+        Source(5, 0, "k5", "t5"),
+        Source(5, 3, "k5", "t5"),
+    )
+    assert one_per_start(pool, 1) == pool  # at the decision itself every source starts elsewhere
+    assert one_per_start(pool, 2) == pool  # prefixes 6, 2, 0, 1
+    # prefixes 2, 0, 0, 0: the task's decision points 0 and 3 start alike
+    assert one_per_start(pool, 3) == pool[:3]
+    assert one_per_start(pool, 4) == (Source(5, 0, "k5", "t5"), Source(9, 4, "k9", "t9"))  # the whole task
+    fine = [len(one_per_start(pool, level, "fine")) for level in ladder_levels("fine")]
+    assert fine == [4, 4, 4, 3, 3, 3, 2]
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_no_two_instances_of_a_level_are_one_episode(env_id):
+    """Issue 52: one cycle of the test split's seeds at a level never plays one start (task, prefix) twice;
+    at level 4 it is one instance per source task (BFCL state-changing-calls' test split had 237 instances of
+    104 tasks there)."""
+    env = make(env_id)
+    tasks = {s.target_seed for s in sources(TARGET, {}, env.capability)["test"]}
+    for level in LEVELS:
+        count = len(level_sources(TARGET, {}, env.capability, level=level)["test"])
+        starts = set()
+        for seed in range(count):
+            _, info = env.reset(seed=seed, options={"split": "test", "difficulty": level})
+            starts.add((info["source"]["seed"], info["prefix_actions"]))
+        assert len(starts) == count, (level, count - len(starts))
+        if level == 4:
+            assert count == len(tasks) and {seed for seed, _ in starts} == tasks
+
+
 def test_the_fine_ladder_has_a_rung_per_action_near_the_decision():
     assert ladder_levels("standard") == LEVELS and ladder_levels("fine") == (1, 2, 3, 4, 5, 6, 7)
     assert [prefix_length(7, level, "fine") for level in ladder_levels("fine")] == [7, 6, 5, 4, 3, 1, 0]
@@ -71,23 +107,24 @@ def test_the_fine_ladder_has_a_rung_per_action_near_the_decision():
 
 def test_an_env_on_the_fine_ladder_starts_one_action_further_back_per_level():
     """What the trainer's adaptive start depth reads (``difficulty_levels``) and what a reset replays; the
-    oracle's continuation still scores 1.0 from every rung."""
+    oracle's continuation still scores 1.0 from every rung. Each rung has its own instances (one per start,
+    issue 52), so one seed is not one source across rungs: the prefix is checked against each reset's own
+    decision point."""
     from trace_train.grpo.curriculum import env_levels
 
     fine = gym.make(IDS[0], disable_env_checker=True, ladder="fine")
     standard = make(IDS[0])
     assert env_levels(fine) == [1, 2, 3, 4, 5, 6, 7] and env_levels(standard) == [1, 2, 3, 4]
     env = fine.unwrapped
+    backs = (0, 1, 2, 3, 4, 6, None)
     for seed in range(6):
-        prefixes = []
-        for level in ladder_levels("fine"):
+        for level, back in zip(ladder_levels("fine"), backs, strict=True):
             _, info = env.reset(seed=seed, options={"split": "train", "difficulty": level})
             point = info["source"]["decision_point"]
-            prefixes.append(info["prefix_actions"])
+            assert info["prefix_actions"] == (0 if back is None else max(0, point - back)), (seed, level)
             assert info["difficulty"] == level
             result = play(env, env.oracle_actions())
             assert result is not None and result[1] == 1.0, (seed, level)
-        assert prefixes == [max(0, point - back) for back in (0, 1, 2, 3, 4, 6)] + [0], seed
     with pytest.raises(ValueError, match="difficulty must be one of"):
         standard.reset(seed=0, options={"split": "train", "difficulty": 5})
 

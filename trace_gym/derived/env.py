@@ -5,8 +5,9 @@ Observation space, action space, tools, system prompt, user simulator and verifi
     spaces *are* the target's space objects; ``tools``, ``domain_tools`` and ``world`` are the target's.
 Task distribution
     Train-split target tasks that exercise the capability (``task_capabilities()``), one instance per
-    decision point of the capability (``decision_points()``); see :mod:`trace_gym.derived.pool` (the
-    capability env's own train/test splits are a content split *of the target's train split*).
+    distinct start: per decision point of the capability (``decision_points()``) at level 1, per task at
+    level 4, where every decision point starts the same whole task (:func:`~trace_gym.derived.pool.level_sources`;
+    the capability env's own train/test splits are a content split *of the target's train split*).
 Starting point (difficulty)
     The target's reset, then the target oracle's own actions replayed up to the start point
     (:mod:`trace_gym.derived.levels`: level 1, the default, starts at the decision point; level 4 at the
@@ -34,7 +35,7 @@ import gymnasium as gym
 
 from trace_gym.core.env import SPLITS, reset_options, split_of_seed, split_seed
 from trace_gym.derived.levels import DEFAULT_LADDER, DEFAULT_LEVEL, LEVELS, ladder_levels, prefix_length
-from trace_gym.derived.pool import DEFAULT_WINDOW, SOURCE_SPLIT, Source, sources
+from trace_gym.derived.pool import DEFAULT_WINDOW, SOURCE_SPLIT, Source, level_sources
 from trace_gym.derived.shaped import SHAPED_KEY, event_milestones, shaped_reward
 from trace_gym.worlds.world import canonical_json
 
@@ -160,7 +161,10 @@ class DerivedCapabilityEnv(gym.Env[list, Any]):
         super().reset(seed=absolute)
         self.split = split or split_of_seed(absolute)
         self.level = self._check_level(options.get("difficulty", self.difficulty))
-        pool = sources(self.target_id, self.target_kwargs, self.capability, self.window)[self.split]
+        # the level's instances: one per start, not per decision point (two that start alike are one episode)
+        pool = level_sources(
+            self.target_id, self.target_kwargs, self.capability, self.window, self.level, self.ladder
+        )[self.split]
         if absolute is None:
             index = int(self.np_random.integers(len(pool)))
         else:

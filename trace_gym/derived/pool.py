@@ -13,6 +13,12 @@ shuffled order gives consecutive seeds distinct sources, as BFCL's own seeds do.
 A decision point where the target's verdict passes an agent that only talks from there on is no source
 (:func:`passes_without_acting`): nothing the agent does there can fail. Nor is one where another task's
 oracle continuation of the same shape passes (:func:`foreign_passes`): what passes there is not the task's.
+
+A level's instances (:func:`level_sources`) are one per distinct start, not one per source: an episode is the
+source task with the oracle's first ``prefix_length(d, level)`` actions replayed, so two decision points of one
+task whose prefixes coincide at a level (every one at level 4, the whole task) are the same episode, which an
+evaluation or a training step would count twice (issue 52: BFCL state-changing-calls' test split at level 4
+cycled through 237 instances of 104 tasks).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -28,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from trace_gym.core.splits import split_of_key
+from trace_gym.derived.levels import DEFAULT_LADDER, prefix_length
 from trace_gym.worlds.world import canonical_json
 
 SOURCE_SPLIT = "train"  # the only target split a capability env reads
@@ -239,6 +246,8 @@ def _cached(target_id: str, kwargs: tuple[tuple[str, Any], ...], capability: str
 def sources(
     target_id: str, target_kwargs: dict[str, Any], capability: str, window: int = DEFAULT_WINDOW
 ) -> dict[str, tuple[Source, ...]]:
+    """The pool: per capability-env split, one source per (task, decision point), in the fixed shuffled
+    order (a level's instances are :func:`level_sources`)."""
     pool = _cached(target_id, tuple(sorted(target_kwargs.items())), capability, window)
     for split, items in pool.items():
         if not items:
@@ -247,3 +256,43 @@ def sources(
                 f"0..{window - 1} exercises it"
             )
     return pool
+
+
+def one_per_start(items: tuple[Source, ...], level: int, ladder: str = DEFAULT_LADDER) -> tuple[Source, ...]:
+    """``items`` with one source per distinct start (task, prefix length at ``level``), in their order. The one
+    kept names the earliest decision point of its start (the first the agent meets), so that ``info["source"]``
+    is the same whichever decision point came first in the shuffled order."""
+    kept: list[Source] = []
+    where: dict[tuple[int, int], int] = {}
+    for source in items:
+        start = (source.target_seed, prefix_length(source.decision_point, level, ladder))
+        if start not in where:
+            where[start] = len(kept)
+            kept.append(source)
+        elif source.decision_point < kept[where[start]].decision_point:
+            kept[where[start]] = replace(kept[where[start]], decision_point=source.decision_point)
+    return tuple(kept)
+
+
+# (target, kwargs, capability, window, level, ladder) -> (the pool it was made from, its instances per split);
+# holding the pool keeps this coherent with _cached: a rescanned pool is another object
+_BY_LEVEL: dict[tuple[Any, ...], tuple[dict[str, tuple[Source, ...]], dict[str, tuple[Source, ...]]]] = {}
+
+
+def level_sources(
+    target_id: str,
+    target_kwargs: dict[str, Any],
+    capability: str,
+    window: int = DEFAULT_WINDOW,
+    level: int = 1,
+    ladder: str = DEFAULT_LADDER,
+) -> dict[str, tuple[Source, ...]]:
+    """The instances of each capability-env split at ``level``: the pool with one source per distinct start
+    (:func:`one_per_start`); seed ``i`` of a split is instance ``i mod n``."""
+    pool = sources(target_id, target_kwargs, capability, window)
+    key = (target_id, tuple(sorted(target_kwargs.items())), capability, window, level, ladder)
+    hit = _BY_LEVEL.get(key)
+    if hit is None or hit[0] is not pool:
+        hit = (pool, {split: one_per_start(items, level, ladder) for split, items in pool.items()})
+        _BY_LEVEL[key] = hit
+    return hit[1]
