@@ -15,7 +15,9 @@ just ticks. The checks, in order:
   plus the hedging and policy probes: a wrong figure beside the right one, a wrong figure then "sorry,
   correction", a negated proposal, questions turned into statements that ask nothing, each write repeated
   until the tools refuse it, and the position shortcut (take the first listed id); "another seed's oracle"
-  and the position shortcut are judged against chance (tiny answer spaces, k listed candidates);
+  and the position shortcut are judged against chance (tiny answer spaces, k listed candidates); on a derived
+  env (one that names its source task: ``source_info()``) also the oracle continuation without its last tool
+  call, and another source task's continuation (issue 52);
 * ``fuzz``: random strings, random JSON, wrong argument types, unicode, huge integers, NaN/inf and deep
   nesting never raise, are flagged in ``info["invalid_action"]`` when not a plain reply, and leave the world
   state unchanged;
@@ -341,6 +343,7 @@ class AdversarialProbe:
 
     name = ""
     has_control = False
+    derived_only = False  # played only on derived envs (:func:`is_derived`)
 
     def __init__(self, env: ChatToolEnv, oracle: list[Any], other: list[Any], control: bool = False):
         self.env, self.oracle, self.other, self.applies = env, oracle, other, False
@@ -451,6 +454,86 @@ class OtherSeedOracle(AdversarialProbe):
     def actions(self, observation):
         self.applies = True
         yield from self.other
+
+
+# said after a probe's actions until the episode ends (the user leaves, or the turn limit): an env that does
+# not end on the probe's last action still reaches its verdict
+CLOSING = "Is there anything else I can help you with?"
+
+
+def is_derived(env: Any) -> bool:
+    """An env whose episodes start inside a source task of a target, and name it (``source_info()``)."""
+    return callable(getattr(env, "source_info", None))
+
+
+class OracleWithoutLastCall(AdversarialProbe):
+    """Derived envs: the oracle continuation with its last tool call left out (the rest played as is, then
+    closing replies). It must fail: where it passes, the call was not needed and the oracle should not make
+    it, or the verdict does not check what the call does."""
+
+    name = "oracle_without_last_call"
+    derived_only = True
+
+    def actions(self, observation):
+        last = max((i for i, action in enumerate(self.oracle) if _call_names(action)), default=None)
+        if last is None:  # a continuation that only talks has no call to leave out
+            return
+        self.applies = True
+        for i, action in enumerate(self.oracle):
+            if i != last:
+                yield action
+            elif len(action["tool_calls"]) > 1:  # one step of several calls loses its last one only
+                yield {**action, "tool_calls": action["tool_calls"][:-1]}
+        while True:
+            yield CLOSING
+
+
+class OtherSourceOracle(AdversarialProbe):
+    """Derived envs: the oracle continuation of another source task (another target task, not another start
+    of the same one: the next seed of a derived env may be the same task at another decision point), at the
+    same level, then closing replies. The other task is the first of the next seeds whose continuation does
+    the same calls in the same order (shape), else the first whose continuation differs at all; a task whose
+    continuation is the same actions is never taken (two tasks that need the same calls is a right answer)."""
+
+    name = "other_source_oracle"
+    derived_only = True
+    other_source = True
+
+    def actions(self, observation):
+        if not self.other:
+            return
+        self.applies = True
+        yield from self.other
+        while True:
+            yield CLOSING
+
+
+OTHER_SOURCE_TRIES = 20  # seeds after the probed one searched for another source task
+
+
+def _call_shape(actions: list[Any]) -> tuple[Any, ...]:
+    """Per action the tools it calls (sorted), or that it talks."""
+    return tuple(tuple(sorted(_call_names(a))) or "say" for a in actions)
+
+
+def _other_source(env: ChatToolEnv, other_env: ChatToolEnv, seed: int, config: ValidationConfig) -> list[Any]:
+    """The continuation of another source task for :class:`OtherSourceOracle` (``[]``: none found)."""
+    if not is_derived(env):
+        return []
+    _reset(env, seed, config)
+    own_task, own = env.source_info()["task_key"], env.oracle_actions()
+    own_json, fallback = json.dumps(own, sort_keys=True, default=str), []
+    for offset in range(1, OTHER_SOURCE_TRIES + 1):
+        _reset(other_env, seed + offset, config)
+        other = other_env.oracle_actions()
+        if other_env.source_info()["task_key"] == own_task:
+            continue
+        if json.dumps(other, sort_keys=True, default=str) == own_json:
+            continue
+        if _call_shape(other) == _call_shape(own):
+            return other
+        fallback = fallback or other
+    return fallback
 
 
 def _wrong(number: str) -> str:
@@ -801,6 +884,8 @@ ADVERSARIAL_PROBES: tuple[type[AdversarialProbe], ...] = (
     StatementsThatAskNothing,
     RefusedWrite,
     PositionShortcut,
+    OracleWithoutLastCall,
+    OtherSourceOracle,
 )
 
 
@@ -841,7 +926,9 @@ def _play_probe(
     control: bool,
 ) -> tuple[float, AdversarialProbe]:
     other: list[Any] = []
-    if probe_type is OtherSeedOracle or getattr(probe_type, "uses_other", False):
+    if getattr(probe_type, "other_source", False):
+        other = _other_source(env, other_env, seed, config)
+    elif probe_type is OtherSeedOracle or getattr(probe_type, "uses_other", False):
         _reset(other_env, seed + 1, config)
         other = other_env.oracle_actions()
     obs, _ = _reset(env, seed, config)
@@ -875,10 +962,13 @@ def _check_adversarial(
     env_id: str, make_kwargs: dict[str, Any], config: ValidationConfig
 ) -> list[CheckResult]:
     """Each probe's mean reward over the seeds it applies to must be at most ``adversarial_max_mean`` above
-    chance (:func:`_chance`, with two standard errors of the chance rate: 0 for every probe that has none)."""
+    chance (:func:`_chance`, with two standard errors of the chance rate: 0 for every probe that has none).
+    The derived-env probes run on derived envs only (elsewhere there is no source task to cut or swap)."""
     env, other_env = _make(env_id, make_kwargs), _make(env_id, make_kwargs)
     results = []
     for probe_type in ADVERSARIAL_PROBES:
+        if getattr(probe_type, "derived_only", False) and not is_derived(env):
+            continue
         rewards, chances = [], []
         for seed in range(config.adversarial_seeds):
             reward, probe = play_probe(env, other_env, probe_type, seed, config)
