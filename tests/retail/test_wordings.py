@@ -21,6 +21,7 @@ from tests.retail.wordings import (
     FRESH_7,
     FRESH_8,
     FRESH_9,
+    FRESH_10,
     Family,
     Wording,
 )
@@ -37,6 +38,7 @@ ROUNDS = {
     "fresh_7": FRESH_7,
     "fresh_8": FRESH_8,
     "fresh_9": FRESH_9,
+    "fresh_10": FRESH_10,
 }
 HALVES = ("tune", "held_out", *ROUNDS)
 

@@ -1412,3 +1412,196 @@ FRESH_9: dict[str, tuple[Wording, ...]] = {
         lambda m: f"The order {m.group(1)} doesn't exist on our side. What did it contain?",
     ),
 }
+
+
+# ---- round ten (fresh, issue 52): written before the reader was touched for issue 52, the way varied human
+# agents word things in plain words. Payment asks which decision is needed (where the money from a price
+# difference comes from, where a refund should land) without naming a "payment method"; confirmations restate
+# the plan in everyday terms and ask for the go-ahead in the many ways people do. Measured once before the fix.
+def _money_question(m: re.Match[str], difference: str, refund: str) -> str:
+    """The price-difference wording or the refund-destination wording, by the oracle's question."""
+    return refund if "refund" in m.group(0) else difference
+
+
+def _everyday(m: re.Match[str]) -> str:
+    """The proposal as a person says it: the action first, the money last, ids as they are."""
+    p, d = plan(m), plan(m).details
+    if p.kind == "cancel":
+        why = "you no longer need it" if "no longer" in d["reason"] else "it was ordered by mistake"
+        return (
+            f"I'll cancel order {p.order} since {why}, and the {d['amount']} goes back to the card or account "
+            "you originally paid with"
+        )
+    if p.kind == "address":
+        return f"I'll update order {p.order} so it ships to {d['address']} instead"
+    if p.kind in ("modify", "exchange"):
+        verb = "swap out" if p.kind == "modify" else "exchange"
+        money = "you'll pay" if d["direction"] == "charged to" else "you'll get back"
+        return f"I'll {verb} {p.swaps()} on order {p.order}; {money} {d['amount']} via {d['method']}"
+    return (
+        f"I'll set up the return of {d['items']} from order {p.order} and {d['amount']} goes to {d['method']}"
+    )
+
+
+FRESH_10: dict[str, tuple[Wording, ...]] = {
+    "email": (
+        lambda m: "Sure thing. What email do you have with us?",
+        lambda m: "Hi there! Can I grab your email so I can pull up the account?",
+        lambda m: "I'll just need to find you in the system first - what's your email?",
+        lambda m: "Okay, let's start with the email you used when you set up the account.",
+        lambda m: "Mind sending me your email address?",
+        lambda m: "Happy to sort that out. Which email should I search for?",
+        lambda m: "Before I can touch any orders I need to find your account. Email?",
+        lambda m: "What email address are you using with us these days?",
+        lambda m: "Could I get the email attached to your account?",
+        lambda m: "No worries. What's the best email to find your account under?",
+    ),
+    "name_zip": (
+        lambda m: "That email isn't bringing anything up. Can I try your name and zip code?",
+        lambda m: "Hmm, no luck with that one. What's your first and last name, and your zip?",
+        lambda m: "I can't see an account for that email. Could you give me your full name and ZIP instead?",
+        lambda m: "Nothing under that email, sorry. Let's try your name and postal code.",
+        lambda m: "That email doesn't seem to be on an account. What name and zip code would it be under?",
+        lambda m: "No account with that one. Can you send your name plus the zip code?",
+        lambda m: "I'm coming up empty on that email. Your full name and zip, please?",
+        lambda m: "Doesn't look like that email is registered. Could I have your name and ZIP code?",
+        lambda m: "That didn't find anything. What's your name and the zip code on your address?",
+        lambda m: "Nope, nothing for that email. Give me your name and zip and I'll search that way.",
+    ),
+    "order_id": (
+        lambda m: "Sure - which order are we cancelling? Do you have the number?",
+        lambda m: "Got it. Can I grab the order number?",
+        lambda m: "What's the number on the order you want to cancel?",
+        lambda m: "Which one is it? The order number starts with #W.",
+        lambda m: "Could you send me the order number?",
+        lambda m: "Okay, what order number should I be looking at?",
+        lambda m: "Do you happen to have the order ID on hand?",
+        lambda m: "Which order did you want cancelled? The number is on your confirmation email.",
+        lambda m: "Can you tell me the order number for that?",
+        lambda m: "Which of your orders is it? I'll need its number.",
+    ),
+    "reason": (
+        lambda m: "Okay. And why are you cancelling, if you don't mind?",
+        lambda m: "Can I ask what the reason is?",
+        lambda m: "Just so I can note it down - why do you want to cancel?",
+        lambda m: "Is it that you don't need it anymore, or was it ordered by mistake?",
+        lambda m: "What's the reason for cancelling?",
+        lambda m: "Sure. Could you tell me why you'd like it cancelled?",
+        lambda m: "I have to pick a reason in the system. Which one fits?",
+        lambda m: "Any particular reason you want to cancel?",
+        lambda m: "Why do you want to cancel it?",
+        lambda m: "And the reason for the cancellation?",
+    ),
+    "address": (
+        lambda m: "No problem. What's the new address?",
+        lambda m: "Where should it go instead?",
+        lambda m: "Okay, where would you like it delivered now?",
+        lambda m: "What address should I change it to?",
+        lambda m: "Sure, what's the address you want it shipped to?",
+        lambda m: "Can you give me the full new address, zip code included?",
+        lambda m: "Where are you living now? I'll put that on the order.",
+        lambda m: "Send me the new address and I'll update it.",
+        lambda m: "What should the delivery address be?",
+        lambda m: "And where do you want the package to go?",
+    ),
+    "payment": (
+        lambda m: _money_question(
+            m,
+            "The new one costs a bit more. How would you like to cover the extra?",
+            "Where would you like your money back to?",
+        ),
+        lambda m: _money_question(
+            m,
+            "There's a price difference on this swap - what would you like to put it on?",
+            "Do you want the refund on the card you paid with, or on a gift card?",
+        ),
+        lambda m: _money_question(
+            m,
+            "What should I do about the price difference?",
+            "Where should the money go?",
+        ),
+        lambda m: _money_question(
+            m,
+            "The prices aren't the same, so there's a difference to settle up. What do you want to use?",
+            "How would you like to get your money back?",
+        ),
+        lambda m: _money_question(
+            m,
+            "What would you like me to use for the difference?",
+            "Where do you want the money sent?",
+        ),
+        lambda m: _money_question(
+            m,
+            "Which of your cards or accounts should the difference go on?",
+            "Should that go back to the original payment, or onto a gift card?",
+        ),
+        lambda m: _money_question(
+            m,
+            "How do you want to handle the difference in price?",
+            "Where would you like to receive the money?",
+        ),
+        lambda m: _money_question(
+            m,
+            "The price won't be exactly the same. Where should I take the difference from, or put it back to?",
+            "What should I send the refund to?",
+        ),
+        lambda m: _money_question(
+            m,
+            "Any preference for how the difference is paid?",
+            "Want the money back on your original card, or as gift card credit?",
+        ),
+        lambda m: _money_question(
+            m,
+            "What do you want to use to pay the difference?",
+            "Where do you want the refund to end up?",
+        ),
+    ),
+    "confirmation": (
+        lambda m: f"Okay, so {_everyday(m)}. Are you good with that?",
+        lambda m: f"{_everyday(m)}. Sound okay?",
+        lambda m: f"Here's what I'll do: {_everyday(m)}. Should I put that through?",
+        lambda m: f"{_everyday(m)}. Just let me know if you want me to go for it.",
+        lambda m: [f"Alright, {_everyday(m)}.", "Is that what you want?"],
+        lambda m: f"{_everyday(m)}. Good to go?",
+        lambda m: f"So {_everyday(m)}. Can I get a yes from you before I submit it?",
+        lambda m: f"To recap: {_everyday(m)}. I just need your OK.",
+        lambda m: f"{_everyday(m)}. Are we all set to do this?",
+        lambda m: [f"Got it. {_everyday(m)}.", "Ready for me to do it?"],
+    ),
+    "unavailable": (
+        lambda m: f"Ah, the {m.group(1)} is out of stock right now, sorry.",
+        lambda m: f"Bad news - the {m.group(1)} isn't available.",
+        lambda m: f"I looked, and we don't have the {m.group(1)} in stock.",
+        lambda m: f"The {m.group(1)} is sold out at the moment.",
+        lambda m: f"Unfortunately the {m.group(1)} can't be ordered right now.",
+        lambda m: f"Looks like the {m.group(1)} is unavailable.",
+        lambda m: f"Sorry, we're out of the {m.group(1)}.",
+        lambda m: f"The {m.group(1)} isn't in stock anymore.",
+        lambda m: f"I'm afraid the {m.group(1)} isn't available to swap to.",
+        lambda m: f"We've run out of the {m.group(1)}, I'm sorry.",
+    ),
+    "balance": (
+        lambda m: f"The difference is {m.group(1)} but your gift card only has {m.group(2)} on it.",
+        lambda m: f"Your gift card has {m.group(2)}, which isn't enough for the {m.group(1)} difference.",
+        lambda m: f"I can't put the {m.group(1)} on the gift card - there's only {m.group(2)} left on it.",
+        lambda m: f"The gift card won't cover it: {m.group(1)} difference, {m.group(2)} balance.",
+        lambda m: f"Sorry, the {m.group(1)} difference is more than the {m.group(2)} on your gift card.",
+        lambda m: f"There's only {m.group(2)} on the gift card and the difference comes to {m.group(1)}.",
+        lambda m: f"The gift card is short - it has {m.group(2)} and we need {m.group(1)}.",
+        lambda m: f"Your gift card balance ({m.group(2)}) is too low for the {m.group(1)} difference.",
+        lambda m: f"The {m.group(1)} difference can't go on the gift card; it just has {m.group(2)}.",
+        lambda m: f"Unfortunately {m.group(2)} on the gift card doesn't cover the {m.group(1)} difference.",
+    ),
+    "not_found": (
+        lambda m: f"Hmm, {m.group(1)} isn't coming up for me. What was in the order?",
+        lambda m: f"I can't find an order {m.group(1)}. Do you remember what you bought?",
+        lambda m: f"There's no {m.group(1)} on your account. What else can you tell me about it?",
+        lambda m: f"Order {m.group(1)} doesn't exist on our end. Any idea what items were in it?",
+        lambda m: f"That number, {m.group(1)}, didn't find anything. What did you order?",
+        lambda m: f"I'm not finding {m.group(1)}. Could you describe the order?",
+        lambda m: f"Nothing comes up for {m.group(1)}. What was in it?",
+        lambda m: f"Looks like {m.group(1)} isn't a real order number. What do you remember about it?",
+        lambda m: f"No order {m.group(1)} here, sorry. What did it have in it?",
+        lambda m: f"I couldn't locate {m.group(1)}. Can you tell me what you bought?",
+    ),
+}
