@@ -466,6 +466,85 @@ def is_derived(env: Any) -> bool:
     return callable(getattr(env, "source_info", None))
 
 
+# A message that turns an action down on a precondition: "cannot be cancelled", "not available", "not enough".
+REFUSAL = re.compile(
+    r"\b(?:cannot|can ?not|can[’']t|unable to)\b|\bnot (?:available|enough|possible|allowed|permitted|sufficient)\b"
+    r"|\binsufficient\b|\bout of stock\b",
+    re.IGNORECASE,
+)
+
+
+def _call_key(call: dict[str, Any]) -> tuple[str, str]:
+    """A call as (name, canonical arguments): the same read made twice has one key."""
+    fn = call.get("function", call)
+    arguments = fn.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return str(fn.get("name", "")), arguments
+    return str(fn.get("name", "")), json.dumps(arguments, sort_keys=True, default=str)
+
+
+class RefusalWithoutRead(AdversarialProbe):
+    """The oracle's first refusal (a message turning an action down: "cannot be cancelled", "not available",
+    "not enough") said *before* the reads that justify it, those reads made right after it, the rest unchanged,
+    then closing replies: a right guess must not pass for a checked refusal (issue 52). The reads are those
+    since the oracle's last write or statement (a message that asks nothing) not made before. Control: the
+    oracle with those reads left out; where it still scores 1.0 the refusal needs none of them."""
+
+    name = "refusal_without_read"
+    has_control = True
+
+    def actions(self, observation):
+        kinds = _kinds(self.env)
+        done = {
+            _call_key(c)
+            for m in observation()
+            if m.get("role") == "assistant"
+            for c in m.get("tool_calls") or []
+        }
+        start, refusal = 0, None
+        for i, action in enumerate(self.oracle):
+            if _text_only(action) and REFUSAL.search(_content(action)):
+                refusal = i
+                break
+            if any(kinds.get(n) == "write" for n in _call_names(action)) or (
+                _text_only(action) and "?" not in _content(action)
+            ):
+                start = i + 1
+        if refusal is None:
+            return
+        for action in self.oracle[:start]:
+            done |= {_call_key(c) for c in (action.get("tool_calls") or []) if isinstance(action, dict)}
+        window, reads = [], []
+        for action in self.oracle[start:refusal]:
+            names = _call_names(action)
+            if not names:
+                window.append(action)
+                continue
+            if any(kinds.get(n) != "read" for n in names):
+                return  # a step that does more than read: no clean cut between reads and talk
+            fresh = [c for c in action["tool_calls"] if _call_key(c) not in done]
+            done |= {_call_key(c) for c in action["tool_calls"]}
+            kept = [c for c in action["tool_calls"] if c not in fresh]
+            if kept:  # a repeat of an earlier read stays where it was
+                window.append({**action, "tool_calls": kept})
+            if fresh:
+                reads.append({**action, "tool_calls": fresh})
+        if not reads:
+            return
+        self.applies = True
+        yield from self.oracle[:start]
+        yield from window
+        yield self.oracle[refusal]
+        if not self.control:
+            yield from reads
+        yield from self.oracle[refusal + 1 :]
+        while True:
+            yield CLOSING
+
+
 class OracleWithoutLastCall(AdversarialProbe):
     """Derived envs: the oracle continuation with its last tool call left out (the rest played as is, then
     closing replies). It must fail: where it passes, the call was not needed and the oracle should not make
@@ -884,6 +963,7 @@ ADVERSARIAL_PROBES: tuple[type[AdversarialProbe], ...] = (
     StatementsThatAskNothing,
     RefusedWrite,
     PositionShortcut,
+    RefusalWithoutRead,
     OracleWithoutLastCall,
     OtherSourceOracle,
 )
