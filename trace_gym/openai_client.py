@@ -148,6 +148,39 @@ class OpenAIClient:
     ) -> list[list[int]]:
         """Generate one continuation per token-id prompt (``POST /completions``); the generated ids back.
 
+        :meth:`completions_with_logprobs` with the log-probs left out; its options and notes apply.
+        """
+        return [
+            ids
+            for ids, _ in self.completions_with_logprobs(
+                model,
+                prompts,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                top_p=top_p,
+                top_k=top_k,
+                seed=seed,
+                stop_token_ids=stop_token_ids,
+                extra=extra,
+            )
+        ]
+
+    def completions_with_logprobs(
+        self,
+        model: str,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_tokens: int,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        seed: int | None = None,
+        stop_token_ids: Sequence[int] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> list[tuple[list[int], list[float] | None]]:
+        """Generate one continuation per token-id prompt (``POST /completions``): the generated ids and, where
+        the server sends them (``choices[i].logprobs.token_logprobs``, one per generated token), their log-probs.
+
         ``prompt`` is sent as a list of token-id lists (vLLM takes those as is, with no tokenisation), ``n=1``.
         The ids are read from ``choices[i].token_ids`` (vLLM >= 0.10.2 with ``"return_token_ids": true``) or,
         failing that, from ``choices[i].logprobs.tokens`` as ``"token_id:123"`` strings (older vLLM with
@@ -186,7 +219,7 @@ class OpenAIClient:
                 200,
             )
         ordered = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
-        return [_choice_token_ids(choice, url) for choice in ordered]
+        return [(_choice_token_ids(choice, url), _choice_logprobs(choice)) for choice in ordered]
 
     def models(self) -> list[str]:
         """Ids served (``GET /models``); with vLLM, loaded LoRA adapters are listed too."""
@@ -293,6 +326,19 @@ def _choice_token_ids(choice: Any, url: str) -> list[int]:
         url,
         200,
     )
+
+
+def _choice_logprobs(choice: dict[str, Any]) -> list[float] | None:
+    """The log-prob of each generated token (``logprobs.token_logprobs``), or None when the server sent none
+    (a count that does not match the tokens is treated as none: it cannot be aligned)."""
+    logprobs = choice.get("logprobs") or {}
+    values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
+    if not isinstance(values, list) or not all(isinstance(v, int | float) for v in values):
+        return None
+    tokens = logprobs.get("tokens")
+    ids = choice.get("token_ids")
+    n = len(ids) if isinstance(ids, list) else len(tokens) if isinstance(tokens, list) else len(values)
+    return [float(v) for v in values] if len(values) == n else None
 
 
 def _decode(raw: bytes) -> Any:

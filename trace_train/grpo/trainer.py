@@ -175,13 +175,16 @@ class GRPOTrainer:
             return None
         a, sampling = self.args, self.sampling
 
-        def generate(prompts: list[list[int]], active: list[int], turn: int) -> list[list[int]]:
+        def generate(
+            prompts: list[list[int]], active: list[int], turn: int
+        ) -> tuple[list[list[int]], list[list[float]]]:
             # one seed per trajectory, a function of (seed, rank, step, call, turn): distinct inside a group
             # (identical prompts) and reproducible on resume
             self._gen_calls += 1
             key = (a.seed, self.rank, self.state["step"], self._gen_calls, turn)
             base = hash(key) % 2**30  # tuples of ints hash deterministically (no PYTHONHASHSEED salt)
-            return self.remote.generate(prompts, sampling, seeds=[base + i for i in active])
+            # the server's log-probs (where it sends them) feed the truncated importance correction
+            return self.remote.generate_with_logprobs(prompts, sampling, seeds=[base + i for i in active])
 
         return generate
 

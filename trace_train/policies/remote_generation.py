@@ -5,8 +5,10 @@ ids, as the rollout keeps them) goes to the server's ``POST /v1/completions`` in
 token ids come back and enter the trajectory verbatim: no text is re-tokenised. After every optimiser step the
 trainer saves the adapter in PEFT's format to a directory the server can read and hot-loads it under a fresh
 name (``<lora_name>-step-<n>``), unloading the previous one, so the next rollouts sample from the updated
-policy. Log-probs for the loss are still computed locally, so correctness never depends on the server's
-numerics (only which tokens were sampled comes from it).
+policy. Log-probs for the loss are still computed locally; the server's log-probs of the sampled tokens (where
+it returns them) are only the sampler side of the truncated importance correction (NaN, i.e. weight 1, where it
+returns none). :class:`trace_train.policies.served.ServedPolicy` uses the same generator for every other stage
+that generates (rollouts, calibration, evaluation).
 
 All HTTP goes through :class:`trace_gym.openai_client.OpenAIClient`; this module adds seeding, end-of-turn
 handling and the adapter bookkeeping.
@@ -14,6 +16,7 @@ handling and the adapter bookkeeping.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from collections.abc import Iterable, Sequence
@@ -72,11 +75,12 @@ class RemoteGenerator:
 
     # ---- errors ----------------------------------------------------------------------------------------------
     def _fail(self, what: str, err: Exception) -> RemoteGenerationError:
+        # one line: the pipeline prints it as the stage's error
         start = serve_command(self.model_hint or "<model>", self.lora_rank)
+        cause = " ".join(str(err).split())
         return RemoteGenerationError(
-            f"{what} on the vLLM server at {self.url} failed: {err}\n"
-            f"Start a server the trainer can use with:\n    {start}\n"
-            "(the base model must be the one being trained, and --max-lora-rank at least its LoRA rank)"
+            f"{what} on the generation server at {self.url} failed: {cause} (start one with `{start}`, "
+            "or `trace serve MODEL`; the base model must be the run's, --max-lora-rank at least its LoRA rank)"
         )
 
     def check_server(self) -> list[str]:
@@ -96,13 +100,20 @@ class RemoteGenerator:
     def generate(
         self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig, seeds: Sequence[int] | None = None
     ) -> list[list[int]]:
-        """The generated ids of each prompt, cut after the first end-of-turn id (which is kept).
+        """The generated ids of each prompt, cut after the first end-of-turn id (which is kept)."""
+        return self.generate_with_logprobs(prompts, sampling, seeds)[0]
+
+    def generate_with_logprobs(
+        self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig, seeds: Sequence[int] | None = None
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """The generated ids of each prompt, cut after the first end-of-turn id (which is kept), and the server's
+        log-prob of each of them (NaN where the server sent none: the trainer then applies no correction).
 
         With ``seeds`` (one per prompt) every prompt goes out as its own request, concurrently, so identical
         prompts (a GRPO group) still get distinct, reproducible samples; without, one batched request.
         """
         if not prompts:
-            return []
+            return [], []
         model = self.lora_name or self.served_model
         if model is None:
             raise RemoteGenerationError(
@@ -119,13 +130,13 @@ class RemoteGenerator:
             options["extra"] = {"min_tokens": sampling.min_new_tokens}
         try:
             if seeds is None:
-                outputs = self.client.completions_token_ids(model, prompts, seed=sampling.seed, **options)
+                outputs = self.client.completions_with_logprobs(model, prompts, seed=sampling.seed, **options)
             else:
                 if len(seeds) != len(prompts):
                     raise ValueError("one seed per prompt")
 
-                def one(k: int) -> list[int]:
-                    return self.client.completions_token_ids(
+                def one(k: int) -> tuple[list[int], list[float] | None]:
+                    return self.client.completions_with_logprobs(
                         model, [prompts[k]], seed=int(seeds[k]), **options
                     )[0]
 
@@ -133,7 +144,14 @@ class RemoteGenerator:
                     outputs = list(pool.map(one, range(len(prompts))))
         except OpenAIError as err:
             raise self._fail(f"generation (POST /completions, model {model!r})", err) from err
-        return [cut_after_eos(ids, self.eos_ids, sampling.max_new_tokens) for ids in outputs]
+        ids = [cut_after_eos(out, self.eos_ids, sampling.max_new_tokens) for out, _ in outputs]
+        lps = [
+            [float(x) for x in lp[: len(row)]]
+            if lp is not None and len(lp) >= len(row)
+            else [math.nan] * len(row)
+            for row, (_, lp) in zip(ids, outputs, strict=True)
+        ]
+        return ids, lps
 
     # ---- LoRA hot-loading ------------------------------------------------------------------------------------
     def publish(self, model: Any, step: int) -> str:

@@ -16,7 +16,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    policy = make_policy(args.policy, adapter=args.adapter, dtype=args.dtype, device=args.device)
+    policy = make_policy(
+        args.policy, adapter=args.adapter, dtype=args.dtype, device=args.device, engine=args.engine
+    )
     server = PolicyServer(
         policy,
         model_name=args.served_model_name or args.policy,
@@ -31,7 +33,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     serve = subparsers.add_parser(
-        "serve", help="serve a policy as an OpenAI-compatible /v1/chat/completions endpoint (docs/interop.md)"
+        "serve",
+        help="serve a policy as an OpenAI-compatible server: /v1/chat/completions, and token-id /v1/completions "
+        "with LoRA hot-loading (docs/interop.md, docs/pipeline.md)",
     )
     serve.add_argument(
         "policy",
@@ -46,6 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--port", type=int, default=8000, help="port (0: any free port, printed at start)")
     serve.add_argument("--dtype", default="float32")
     serve.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)")
+    serve.add_argument(
+        "--engine",
+        default=None,
+        choices=["cached", "simple"],
+        help="a local model's engine for token-id completions (default cached; the one the local run uses)",
+    )
     serve.add_argument("--max-batch", type=int, default=8, help="concurrent requests generated in one batch")
     serve.add_argument(
         "--batch-window", type=float, default=0.005, help="seconds to wait for a batch to fill"

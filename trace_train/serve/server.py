@@ -1,4 +1,5 @@
-"""The OpenAI-compatible policy server: ``POST /v1/chat/completions`` (plain and streaming), ``GET /v1/models``.
+"""The OpenAI-compatible policy server: ``POST /v1/chat/completions`` (plain and streaming), ``GET /v1/models``,
+and vLLM's token-id ``POST /v1/completions`` with LoRA hot-loading (:mod:`trace_train.serve.completions`).
 
 Requests that arrive together are batched into one ``policy.act`` call (up to ``max_batch`` requests with the
 same sampling settings, gathered for at most ``batch_window`` seconds), because a local model generates a batch
@@ -26,6 +27,7 @@ from urllib.parse import urlparse
 
 from trace_gym.interop.server import bind_server
 from trace_train.policies.base import Conversation, Policy, SamplingConfig, ToolSchema
+from trace_train.serve.completions import AdapterHost, completion_response, parse_completion_request
 from trace_train.serve.protocol import (
     APIError,
     ChatRequest,
@@ -36,13 +38,18 @@ from trace_train.serve.protocol import (
 )
 
 MAX_BODY = 16 * 1024 * 1024
+POST_ROUTES = ("/chat/completions", "/completions", "/load_lora_adapter", "/unload_lora_adapter")
 
 
 class Batcher:
-    """Runs ``policy.act`` on one thread, on batches of requests that share their sampling settings."""
+    """Runs ``policy.act`` on one thread, on batches of requests that share their sampling settings (holding
+    ``lock``, which token-id completions and adapter changes also take: one model, one device)."""
 
-    def __init__(self, policy: Policy, max_batch: int = 8, window: float = 0.005):
+    def __init__(
+        self, policy: Policy, max_batch: int = 8, window: float = 0.005, lock: threading.Lock | None = None
+    ):
         self.policy = policy
+        self.lock = lock or threading.Lock()
         self.max_batch = max_batch
         self.window = window
         self.jobs: queue.Queue[tuple[Conversation, list[ToolSchema], SamplingConfig, Future]] = queue.Queue()
@@ -70,7 +77,8 @@ class Batcher:
             for sampling, jobs in groups.items():
                 self.batches += 1
                 try:
-                    texts = self.policy.act([j[0] for j in jobs], [j[1] for j in jobs], sampling)
+                    with self.lock:
+                        texts = self.policy.act([j[0] for j in jobs], [j[1] for j in jobs], sampling)
                     if len(texts) != len(jobs):
                         raise RuntimeError(
                             f"the policy answered {len(texts)} turns for {len(jobs)} conversations"
@@ -98,7 +106,9 @@ class PolicyServer:
     ):
         self.policy = policy
         self.model_name = model_name or getattr(policy, "name", "trace-policy")
-        self.batcher = Batcher(policy, max_batch=max_batch, window=batch_window)
+        # token-id completions and LoRA hot-loading (vLLM's endpoints), serialised with chat batches
+        self.adapters = AdapterHost(policy)
+        self.batcher = Batcher(policy, max_batch=max_batch, window=batch_window, lock=self.adapters.lock)
         self.request_timeout = request_timeout
         self.created = int(time.time())
         self.httpd = bind_server(host, port, _handler(self))
@@ -122,9 +132,39 @@ class PolicyServer:
         return {
             "object": "list",
             "data": [
-                {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "trace"}
+                {
+                    "id": self.model_name,
+                    "object": "model",
+                    "created": self.created,
+                    "owned_by": "trace",
+                    "root": self.root,
+                },
+                *self.adapters.models(self.model_name, self.created),
             ],
         }
+
+    @property
+    def root(self) -> str | None:
+        """The served model's directory, as vLLM's ``root`` (clients check they talk to their own model)."""
+        tokenizer = getattr(self.policy, "tokenizer", None)
+        return getattr(tokenizer, "name_or_path", None) or None
+
+    def complete(self, body: Any) -> dict[str, Any]:
+        """``POST /v1/completions`` (see :mod:`trace_train.serve.completions`)."""
+        self.adapters._require("token-id completion")
+        tokenizer = self.policy.tokenizer
+        served = (self.model_name, *self.adapters.paths)
+        request = parse_completion_request(body, served, tokenizer)
+        try:
+            outputs = self.adapters.generate(request, self.model_name)
+        except APIError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the model failed: say so in OpenAI's shape
+            raise APIError(
+                500, f"generation failed: {type(err).__name__}: {err}", kind="server_error"
+            ) from err
+        eos = set(request.stop_token_ids) | set(self.policy.eos_ids)
+        return completion_response(request, outputs, tokenizer, eos)
 
     def generate(self, request: ChatRequest) -> tuple[dict[str, Any], dict[str, int], str]:
         """The assistant message, usage and finish reason for one request."""
@@ -185,16 +225,27 @@ def _handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
             path = urlparse(self.path).path.rstrip("/")
             try:
                 raw = self._read()
-                if path not in ("/v1/chat/completions", "/chat/completions"):
+                route = path.removeprefix("/v1")
+                if route not in POST_ROUTES:
                     raise APIError(
                         404,
-                        f"no endpoint POST {path}; this server offers /v1/chat/completions",
+                        f"no endpoint POST {path}; this server offers "
+                        + ", ".join(f"/v1{r}" for r in POST_ROUTES),
                         code="not_found",
                     )
                 try:
                     body = json.loads(raw or b"null")
                 except (json.JSONDecodeError, UnicodeDecodeError) as err:
                     raise APIError(400, f"the body is not valid JSON: {err}", code="invalid_json") from None
+                if route == "/completions":
+                    self._json(200, server.complete(body))
+                    return
+                if route == "/load_lora_adapter":
+                    self._text(200, server.adapters.load(body))
+                    return
+                if route == "/unload_lora_adapter":
+                    self._text(200, server.adapters.unload(body))
+                    return
                 request = parse_request(body, (server.model_name,))
                 message, usage, finish = server.generate(request)
             except APIError as err:
@@ -221,6 +272,14 @@ def _handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
             data = json.dumps(payload, ensure_ascii=False).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _text(self, status: int, text: str) -> None:  # vLLM's LoRA endpoints answer in plain text
+            data = text.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

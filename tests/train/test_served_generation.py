@@ -1,0 +1,147 @@
+"""Generation on a server (issue 51): ``trace serve`` started as a real subprocess speaks vLLM's token-id
+``/v1/completions`` with log-probs and LoRA hot-loading, and a :class:`ServedPolicy` that generates there gives
+the local engine's episodes (greedy), for the base and for a hot-loaded adapter; a server that dies mid-run
+stops the run with a one-line error, and the resumed run loses and duplicates no episode."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from tests.interop.servers import ServerProcess
+from trace_gym.openai_client import OpenAIClient
+from trace_train.config import EvalSettings
+from trace_train.evaluate import evaluate
+from trace_train.policies.base import SamplingConfig
+from trace_train.policies.hf import HFPolicy
+from trace_train.policies.remote_generation import RemoteGenerationError
+from trace_train.policies.served import ServedPolicy
+
+ENV = "traintest/lookup-v0"
+SETTINGS = EvalSettings(episodes=6, max_new_tokens=6, max_turns=2, batch_size=3, min_oracle_ceiling=0)
+
+
+@pytest.fixture(scope="module")
+def served_dirs(tmp_path_factory):
+    """A tiny model whose greedy turns differ between tasks (the plain random init answers newlines only, which
+    would make any equality check vacuous), and a LoRA adapter that changes them."""
+    from trace_train.config import LoraSettings
+    from trace_train.models import build_tiny_model
+    from trace_train.policies.hf import attach_lora
+
+    root = tmp_path_factory.mktemp("served")
+    model, tokenizer = build_tiny_model(seed=3)
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
+    model.save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "model")
+    peft = attach_lora(model, LoraSettings(rank=4, alpha=8), None)
+    with torch.no_grad():
+        for name, p in peft.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    peft.save_pretrained(root / "adapter")
+    return root / "model", root / "adapter"
+
+
+@pytest.fixture(scope="module")
+def server(served_dirs):
+    proc = ServerProcess("serve", str(served_dirs[0]), "--port", "0", "--engine", "cached")
+    yield proc
+    proc.stop()
+
+
+def _episodes(policy, out=None, resume=False, settings=SETTINGS):
+    return evaluate(policy, ENV, settings, split="train", out_jsonl=out, resume=resume).trajectories
+
+
+def _same(a, b):
+    drop = ("model",)  # the policy's name: the local directory vs directory+server
+    return [{k: v for k, v in r.items() if k not in drop} for r in a] == [
+        {k: v for k, v in r.items() if k not in drop} for r in b
+    ]
+
+
+def test_served_episodes_equal_the_local_engines_for_the_base_and_a_hot_loaded_adapter(served_dirs, server):
+    model_dir, adapter = served_dirs
+    local_base = _episodes(HFPolicy.from_pretrained(str(model_dir)))
+    local_adapter = _episodes(HFPolicy.from_pretrained(str(model_dir), adapter=str(adapter)))
+    assert len({json.dumps(r["actions"]) for r in local_base}) > 1  # not a constant answer
+    assert [r["actions"] for r in local_adapter] != [r["actions"] for r in local_base]
+
+    policy = ServedPolicy.connect(str(model_dir), server.url, timeout=30)
+    assert _same(_episodes(policy), local_base)
+    name = policy.use_adapter(str(adapter))
+    assert name in OpenAIClient(base_url=server.url).models()  # hot-loaded, addressed by name
+    assert _same(_episodes(policy), local_adapter)
+    policy.close()
+    assert OpenAIClient(base_url=server.url).models() == [policy.generator.served_model]  # unloaded
+    assert _same(_episodes(policy), local_base)  # the base again: the adapter is off
+
+
+def test_completions_return_the_samplers_log_probs(served_dirs, server):
+    model_dir, _ = served_dirs
+    local = HFPolicy.from_pretrained(str(model_dir))
+    policy = ServedPolicy.connect(str(model_dir), server.url, timeout=30)
+    prompts = [local.prompt_ids([{"role": "user", "content": f"task {i}"}], []) for i in range(2)]
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=5)
+    ids, lps = policy.generate_with_logprobs(prompts, sampling)
+    want_ids, want_lps = local.generate_with_logprobs(prompts, sampling)
+    assert ids == want_ids
+    assert all(len(a) == len(b) for a, b in zip(lps, ids, strict=True))
+    assert all(
+        math.isclose(x, y, abs_tol=1e-3)
+        for a, b in zip(lps, want_lps, strict=True)
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def test_a_server_for_another_model_is_refused(served_dirs, server, tmp_path):
+    from trace_train.models import save_tiny_model
+
+    other = save_tiny_model(tmp_path / "other")
+    with pytest.raises(RemoteGenerationError, match="serves .* but this run's model is"):
+        ServedPolicy.connect(str(other), server.url, timeout=30)
+
+
+def test_a_server_killed_mid_run_stops_it_with_one_line_and_the_resumed_run_loses_nothing(
+    served_dirs, tmp_path
+):
+    model_dir, _ = served_dirs
+    full = tmp_path / "local.jsonl"
+    _episodes(HFPolicy.from_pretrained(str(model_dir)), out=full)
+    first = ServerProcess("serve", str(model_dir), "--port", "0")
+    policy = ServedPolicy.connect(str(model_dir), first.url, timeout=30, max_retries=1)
+    policy.generator.client.backoff = 0.01
+    real, calls = policy.generate_with_logprobs, []
+
+    def kill_on_second_batch(prompts, sampling, logprobs=True):
+        calls.append(len(prompts))
+        if len(calls) == 2:  # mid-run: the first batch's episodes are written, the second's are not
+            first.stop()
+        return real(prompts, sampling, logprobs)
+
+    policy.generate_with_logprobs = kill_on_second_batch
+    out = tmp_path / "served.jsonl"
+    with pytest.raises(RemoteGenerationError) as err:
+        _episodes(policy, out=out)
+    message = str(err.value)
+    assert "\n" not in message and first.url in message and "failed after 2 attempts" in message
+    kept = [json.loads(line) for line in out.read_text().splitlines()]
+    assert 0 < len(kept) < SETTINGS.episodes
+
+    second = ServerProcess("serve", str(model_dir), "--port", "0")  # restarted (another port)
+    try:
+        again = ServedPolicy.connect(str(model_dir), second.url, timeout=30)
+        _episodes(again, out=out, resume=True)
+    finally:
+        second.stop()
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    seeds = [r["seed"] for r in records]
+    assert len(seeds) == len(set(seeds)) == SETTINGS.episodes  # none lost, none twice
+    assert _same(records, [json.loads(line) for line in full.read_text().splitlines()])
