@@ -30,7 +30,7 @@ from typing import Any
 from trace_gym.records import TRAJECTORIES, RecordWriter, read_records
 from trace_gym.registration import make_env
 from trace_gym.seeds import SplitRefusedError, refuse_test_records, refuse_test_split, reset_seed
-from trace_train.config import EngineArgs, RolloutSettings, knob
+from trace_train.config import EngineArgs, GenerationSettings, RolloutSettings, knob
 
 # settings that must match between a run and its --resume (anything else may change, e.g. the batch size)
 RESUME_KEYS = ("env_id", "split", "model", "adapter", "difficulty", "max_turns", "sampling", "seed_offset")
@@ -43,7 +43,7 @@ class RolloutError(ValueError):
 
 
 @dataclass
-class RolloutArgs(RolloutSettings, EngineArgs):
+class RolloutArgs(RolloutSettings, EngineArgs, GenerationSettings):
     """Arguments of ``trace rollout`` (flags of the same names): :class:`RolloutSettings` plus the run's own."""
 
     env_id: str
@@ -60,6 +60,7 @@ class RolloutArgs(RolloutSettings, EngineArgs):
     def __post_init__(self) -> None:
         RolloutSettings.__post_init__(self)
         EngineArgs.__post_init__(self)
+        GenerationSettings.__post_init__(self)
 
     def sampling(self) -> dict[str, Any]:
         return {
@@ -199,6 +200,10 @@ def rollout(args: RolloutArgs, progress: Callable[[int, int], None] | None = Non
                 on_record=write,
                 fields={"model": args.model, "difficulty": args.difficulty, "run": header},
             )
+    if policy is not None:
+        from trace_train.policy_factory import release
+
+        release(policy)  # a hot-loaded adapter leaves the server
     summary.seconds = time.perf_counter() - start
     (out / "rollout.json").write_text(json.dumps({**header, "episodes": args.episodes}, indent=2) + "\n")
     return summary

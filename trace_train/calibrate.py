@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -131,7 +132,8 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
     import trace_gym  # noqa: F401
     from trace_gym.registration import resolve_env_id
     from trace_gym.synthesis.calibration import spec_path, write_calibration
-    from trace_train.policy_factory import policy_from_args
+    from trace_train.policies.remote_generation import RemoteGenerationError
+    from trace_train.policy_factory import policy_from_args, release
 
     args = from_namespace(CalibrateArgs, ns)
     env_id = resolve_env_id(args.env_id)
@@ -139,13 +141,20 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    policy = policy_from_args(args)
-    result = calibrate(
-        env_id,
-        policy,
-        CalibrationSettings(**settings_of(args, CalibrationSettings)),
-        model_name=args.model + (f"+{args.adapter}" if args.adapter else ""),
-    )
+    try:
+        policy = policy_from_args(args)
+        try:
+            result = calibrate(
+                env_id,
+                policy,
+                CalibrationSettings(**settings_of(args, CalibrationSettings)),
+                model_name=args.model + (f"+{args.adapter}" if args.adapter else ""),
+            )
+        finally:
+            release(policy)  # a hot-loaded adapter leaves the server
+    except RemoteGenerationError as err:  # a generation server that is down or fails: one line
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     g = args.group_size
     table = Table(title=f"trace calibrate {env_id} ({args.seeds} seeds x {g} samples per level)")
     for column in ("level", "mean reward", "success", f"pass@{g}", "all-success", "all-zero", "informative"):

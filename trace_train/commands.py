@@ -55,12 +55,12 @@ def cmd_evaluate(ns: argparse.Namespace) -> int:
     from trace_train.evaluate import evaluate
     from trace_train.metrics import peak_rss_mb
     from trace_train.policies.remote_generation import RemoteGenerationError
-    from trace_train.policy_factory import policy_from_args
+    from trace_train.policy_factory import policy_from_args, release
 
     try:
         args = from_namespace(EvaluateArgs, ns)
         policy = policy_from_args(args)
-    except (FileNotFoundError, ImportError, ValueError) as e:
+    except (FileNotFoundError, ImportError, ValueError, RemoteGenerationError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = args.out or f"runs/eval/{args.env_id.replace('/', '_').replace(':', '_')}-{args.split}.jsonl"
@@ -80,12 +80,14 @@ def cmd_evaluate(ns: argparse.Namespace) -> int:
                 ),
             )
     except (ValueError, OpenAIError, RemoteGenerationError) as e:  # bad seeds or files; a server that fails
+        release(policy)  # best effort: a hot-loaded adapter leaves the server
         if not existed and Path(out).is_file() and Path(out).stat().st_size == 0:
             Path(out).unlink()  # no episode finished: leave nothing behind
             if not folder_existed and not any(Path(out).parent.iterdir()):
                 Path(out).parent.rmdir()
         print(f"error: {e}", file=sys.stderr)
         return 2
+    release(policy)
     print(result.line())
     print(f"trajectories written to {out}")
     print(f"peak RSS {peak_rss_mb():.0f} MB")
@@ -96,12 +98,14 @@ def cmd_evaluate(ns: argparse.Namespace) -> int:
 
 def cmd_rollout(ns: argparse.Namespace) -> int:
     from trace_train.base_rollouts import RolloutArgs, rollout
+    from trace_train.policies.remote_generation import RemoteGenerationError
 
     try:
         args = from_namespace(RolloutArgs, ns)
         with console.status(f"rolling out {args.model} on {args.env_id}") as status:
             summary = rollout(args, lambda done, total: status.update(f"{done}/{total} episodes written"))
-    except (ValueError, FileNotFoundError) as err:  # RolloutError, refused splits and bad arguments
+    # RolloutError, refused splits and bad arguments; a generation server that is down or fails
+    except (ValueError, FileNotFoundError, RemoteGenerationError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     rate = summary.passed / summary.written if summary.written else 0.0

@@ -184,6 +184,40 @@ class LoraArgs:
 
 
 @dataclass(kw_only=True)
+class GenerationSettings:
+    """Where the commands that generate do it: the local engine (no ``server_url``), or an OpenAI-compatible server
+    that takes token-id prompts and hot-loads LoRA adapters (vLLM, SGLang, ``trace serve``), serving the run's own
+    base model. The pipeline's ``[generation]`` and ``--server-url`` on ``trace rollout``, ``calibrate`` and
+    ``evaluate`` (:class:`trace_train.policies.served.ServedPolicy`)."""
+
+    server_url: str | None = knob(
+        None,
+        "generate on this OpenAI-compatible server from token ids, e.g. http://127.0.0.1:8000/v1 (vLLM, SGLang, "
+        "`trace serve MODEL`); unset: the local engine. Composed (token-routed) models always run locally",
+    )
+    served_model: str | None = knob(
+        None, "the base model's name on that server (default: the first model it lists)"
+    )
+    server_timeout: float = knob(
+        300.0, "seconds one generation request may take before it is retried", exclusiveMinimum=0
+    )
+    server_retries: int = knob(
+        3,
+        "retries of a failed, dropped or timed-out request (with backoff) before the command stops with an error; "
+        "finished episodes are kept, and a resumed run runs only the rest",
+        minimum=0,
+    )
+
+    def __post_init__(self) -> None:
+        url = self.server_url
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError(f"--server-url must be an http:// or https:// URL, got {url!r}")
+        if not self.server_timeout > 0:
+            raise ValueError(f"--server-timeout must be > 0, got {self.server_timeout}")
+        _check_positive(self, "server_retries", minimum=0)
+
+
+@dataclass(kw_only=True)
 class EvalSettings:
     """How an evaluation runs: tasks, turn and token budgets, decoding. ``trace evaluate``, ``trace compare`` and
     the pipeline's ``[evaluation]`` embed it (the split and the env's difficulty are each command's own)."""
@@ -218,7 +252,7 @@ class EvalSettings:
 
 
 @dataclass
-class EvaluateArgs(EvalSettings, EngineArgs):
+class EvaluateArgs(EvalSettings, EngineArgs, GenerationSettings):
     """``trace evaluate``: :class:`EvalSettings` plus the policy and where the episodes go."""
 
     env_id: str
@@ -235,6 +269,7 @@ class EvaluateArgs(EvalSettings, EngineArgs):
 
     def __post_init__(self) -> None:
         EvalSettings.__post_init__(self)
+        GenerationSettings.__post_init__(self)
         check_choices(self)
         if self.split not in ("train", "test"):
             raise ValueError(f"--split must be train or test, got {self.split!r}")
@@ -275,7 +310,7 @@ class CalibrationSettings:
 
 
 @dataclass
-class CalibrateArgs(CalibrationSettings, EngineArgs):
+class CalibrateArgs(CalibrationSettings, EngineArgs, GenerationSettings):
     """``trace calibrate``: :class:`CalibrationSettings` plus the policy and what to write."""
 
     env_id: str
@@ -289,6 +324,7 @@ class CalibrateArgs(CalibrationSettings, EngineArgs):
 
     def __post_init__(self) -> None:
         CalibrationSettings.__post_init__(self)
+        GenerationSettings.__post_init__(self)
         check_choices(self)
 
 

@@ -145,3 +145,29 @@ def test_a_server_killed_mid_run_stops_it_with_one_line_and_the_resumed_run_lose
     seeds = [r["seed"] for r in records]
     assert len(seeds) == len(set(seeds)) == SETTINGS.episodes  # none lost, none twice
     assert _same(records, [json.loads(line) for line in full.read_text().splitlines()])
+
+
+def test_trace_rollout_and_calibrate_through_the_server_equal_the_local_ones(served_dirs, server, tmp_path):
+    """The commands' own path (``--server-url``): rollout records and a calibration equal the local ones."""
+    from trace_train.base_rollouts import RolloutArgs, rollout
+    from trace_train.calibrate import calibrate
+    from trace_train.config import CalibrationSettings, GenerationSettings
+    from trace_train.policy_factory import make_policy
+
+    model_dir = str(served_dirs[0])
+    common = dict(env_id=ENV, model=model_dir, episodes=4, max_turns=2, max_new_tokens=6, batch_size=2)
+    common.update(min_oracle_ceiling=0)
+    rollout(RolloutArgs(**common, out=str(tmp_path / "local")))
+    rollout(RolloutArgs(**common, out=str(tmp_path / "served"), server_url=server.url))
+    local = (tmp_path / "local" / "trajectories.jsonl").read_text().splitlines()
+    served = (tmp_path / "served" / "trajectories.jsonl").read_text().splitlines()
+    assert _same([json.loads(x) for x in served], [json.loads(x) for x in local])
+
+    settings = CalibrationSettings(
+        seeds=2, group_size=2, levels=[], temperature=0.0, max_new_tokens=6, max_turns=2, min_oracle_ceiling=0
+    )
+    served_policy = make_policy(model_dir, generation=GenerationSettings(server_url=server.url))
+    assert isinstance(served_policy, ServedPolicy)
+    a = calibrate(ENV, HFPolicy.from_pretrained(model_dir), settings, model_name="m")
+    b = calibrate(ENV, served_policy, settings, model_name="m")
+    assert a.to_spec() == b.to_spec()

@@ -4,6 +4,7 @@ Every section is a dataclass (CleanRL style: one readable place per knob). Secti
 embed its settings class (``[adapters]`` is :class:`GRPOSettings`, ``[base.warm_start]`` and ``[adapters.sft]``
 are :class:`SFTSettings`, ``[rollouts]`` is :class:`RolloutSettings`, ``[calibration]`` is :class:`CalibrationSettings`,
 ``[gates]`` is :class:`GateSettings`, ``[evaluation]`` is :class:`EvalSettings`,
+``[generation]`` is :class:`GenerationSettings`,
 ``[base]`` holds :class:`EngineArgs`), with
 the pipeline's own defaults, so every knob of those commands is reachable from ``trace run`` and a stage hands
 the settings over whole (:func:`trace_train.config.settings_of`), never field by field. The JSON Schema in
@@ -32,6 +33,7 @@ from trace_train.config import (
     DemoArgs,
     EngineArgs,
     EvalSettings,
+    GenerationSettings,
     GRPOSettings,
     RolloutSettings,
     SFTSettings,
@@ -74,6 +76,16 @@ class BaseConfig(EngineArgs):
     lora_rank: int = knob(16, "LoRA rank of the warm-start and capability adapters", minimum=1)
     lora_alpha: int = knob(32, "LoRA alpha", minimum=1)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig, metadata={"help": "SFT warm start"})
+
+
+@dataclass
+class GenerationConfig(GenerationSettings):
+    """Where every stage that generates does it (:class:`GenerationSettings`): the local engine, or a server that
+    takes token ids and hot-loads LoRA adapters (vLLM, SGLang, ``trace serve``) started on this run's base model
+    (``[base] model``; docs/pipeline.md shows the command). With a server, rollouts, calibration, the adapters' and
+    direct GRPO's rollouts and the evaluation of the base, each adapter and direct GRPO generate there, each
+    adapter hot-loaded for its stage and unloaded after. The gate data, the router and the gated composition
+    (MoE) always run locally: vLLM cannot route adapters per token, and the gates train on local forward passes."""
 
 
 @dataclass
@@ -230,6 +242,10 @@ class RunConfig:
     )
     target: TargetConfig = field(default_factory=TargetConfig, metadata={"help": "the target environment"})
     base: BaseConfig = field(default_factory=BaseConfig, metadata={"help": "the base agent"})
+    generation: GenerationConfig = field(
+        default_factory=GenerationConfig,
+        metadata={"help": "where the stages generate: the local engine, or a vLLM/SGLang/trace serve server"},
+    )
     rollouts: RolloutsConfig = field(default_factory=RolloutsConfig, metadata={"help": "step 1 rollouts"})
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig, metadata={"help": "step 1 analysis"})
     synthesis: SynthesisConfig = field(default_factory=SynthesisConfig, metadata={"help": "step 2"})

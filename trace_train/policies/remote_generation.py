@@ -180,3 +180,16 @@ class RemoteGenerator:
         if previous_path is not None and previous_path != path:
             shutil.rmtree(previous_path, ignore_errors=True)
         return name
+
+    def release(self) -> None:
+        """Unload the current adapter from the server and delete its saved copy (the run is over)."""
+        name, path = self.lora_name, self.lora_path
+        self.lora_name, self.lora_path = None, None
+        if name is not None:
+            try:
+                self.client.unload_lora_adapter(name)
+            except OpenAIError as err:
+                if err.status not in (400, 404):  # already gone is fine
+                    raise self._fail(f"unloading adapter {name!r}", err) from err
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)

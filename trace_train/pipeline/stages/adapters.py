@@ -46,6 +46,11 @@ def grpo_args(
         lora_alpha=cfg.base.lora_alpha,
         dtype=cfg.base.dtype,
         init_adapter=init_adapter,
+        # [generation]: the rollouts sample on the server, the adapter hot-loaded there after every step
+        vllm_url=cfg.generation.server_url,
+        vllm_model=cfg.generation.served_model,
+        vllm_adapter_dir=str(out / "served_adapters") if cfg.generation.server_url else None,
+        vllm_lora_name=f"trace-{out.name}",  # one name per adapter run: two runs never share a served name
         tensorboard=False,
         progress=False,  # the stage prints its own progress lines (readable in logs)
     )
@@ -108,6 +113,8 @@ def train_adapter(
             bar.update(trainer.state["step"], status=f"reward {metrics.get('reward_mean', float('nan')):.3f}")
     if trainer.state["step"] < steps and not (out / "adapter").is_dir():
         trainer.policy.model.save_pretrained(out / "adapter")
+    if trainer.remote is not None:
+        trainer.remote.release()  # its last hot-loaded step leaves the server
     steps = trainer.state["step"]
     metrics = read_metrics(out / "metrics.jsonl")
     rollouts = trainer.state["rollouts"]  # every rollout sampled: refills, rescues and target groups included

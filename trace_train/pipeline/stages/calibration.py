@@ -25,11 +25,27 @@ def run(ctx: StageContext) -> dict[str, Any]:
     use_run_envs(cfg, [e["env_id"] for e in envs])
     for e in envs:
         train_seeds("calibration", e["env_id"], 0, c.seeds)
-    from trace_train.calibrate import calibrate
-    from trace_train.config import CalibrationSettings, settings_of
     from trace_train.pipeline.stages.common import base_policy
+    from trace_train.policy_factory import release
 
     policy = base_policy(cfg, ctx.upstream["base"]["model"])
+    try:
+        out = _calibrate_all(ctx, policy, envs)
+    finally:
+        release(policy)
+    write_json(ctx.dir / "calibration.json", out)
+    return {
+        "envs": out,
+        "measured": True,
+        "summary": ", ".join(f"{o['env_id']} level {o['difficulty']}" for o in out),
+    }
+
+
+def _calibrate_all(ctx: StageContext, policy: Any, envs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from trace_train.calibrate import calibrate
+    from trace_train.config import CalibrationSettings, settings_of
+
+    c = ctx.config.calibration
     out = []
     for e in envs:
         ctx.log(f"{e['env_id']}: {c.seeds} seeds x {c.group_size} samples per difficulty level")
@@ -57,9 +73,4 @@ def run(ctx: StageContext) -> dict[str, Any]:
             f"{e['env_id']}: level {chosen.level} (mean reward {chosen.mean_reward:.3f}, success "
             f"{chosen.success:.3f}, informative {chosen.informative_share:.2f})"
         )
-    write_json(ctx.dir / "calibration.json", out)
-    return {
-        "envs": out,
-        "measured": True,
-        "summary": ", ".join(f"{o['env_id']} level {o['difficulty']}" for o in out),
-    }
+    return out

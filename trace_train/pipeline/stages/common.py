@@ -80,12 +80,18 @@ def build_tiny_model(directory: Path, seed: int) -> Path:
 
 
 def base_policy(config: Any, model: str, adapter: str | None = None) -> Any:
-    """A policy of the run's base agent (plus ``adapter``): ``[base]``'s dtype, engine and tool format."""
+    """A policy of the run's base agent (plus ``adapter``): ``[base]``'s dtype, engine and tool format, generating
+    where ``[generation]`` says (on a server, ``adapter`` is hot-loaded there: hand the policy to
+    :func:`~trace_train.policy_factory.release` when the stage is done with it)."""
     from trace_train.config import EngineArgs, settings_of
     from trace_train.policy_factory import make_policy
 
     return make_policy(
-        model, adapter=adapter, dtype=config.base.dtype, **settings_of(config.base, EngineArgs)
+        model,
+        adapter=adapter,
+        dtype=config.base.dtype,
+        generation=config.generation,
+        **settings_of(config.base, EngineArgs),
     )
 
 

@@ -89,6 +89,7 @@ def _evaluate(
 
 def run(ctx: StageContext) -> dict[str, Any]:
     from trace_train.pipeline.stages.common import base_policy as make_base_policy
+    from trace_train.policy_factory import release
 
     cfg, methods = ctx.config, ctx.config.evaluation.methods
     set_threads(cfg.threads)
@@ -110,14 +111,18 @@ def run(ctx: StageContext) -> dict[str, Any]:
     base_policy = make_base_policy(cfg, model)
     row, trajs = _evaluate(ctx, "base", base_policy, "base")
     add(row, trajs, 0, base_wall)
+    release(base_policy)
     del base_policy
 
     def adapters_alone() -> None:
         for cap, info in adapters.items():
             policy = make_base_policy(cfg, model, info["adapter"])
-            row, trajs = _evaluate(
-                ctx, f"adapter:{cap}", policy, f"adapter-{cap}", cfg.evaluation.adapter_episodes
-            )
+            try:  # on a server, the adapter is hot-loaded for its row and unloaded after
+                row, trajs = _evaluate(
+                    ctx, f"adapter:{cap}", policy, f"adapter-{cap}", cfg.evaluation.adapter_episodes
+                )
+            finally:
+                release(policy)
             add(row, trajs, info["rollouts"], info["wall_s"])
             del policy
 
@@ -129,6 +134,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
         if not adapters:
             not_run[method] = "no adapter was trained"
             return
+        if cfg.generation.server_url:
+            ctx.log(
+                f"{method}: evaluated locally ([generation] serves plain adapters; vLLM cannot route them)"
+            )
         policy, why = _composed_policy(method, model, adapters, gates, cfg)
         if policy is None:
             not_run[method] = why
@@ -179,7 +188,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
             sft_levels=[],  # [adapters.sft] levels are capability envs' start depths; the target has none
         )
         policy = make_base_policy(cfg, model, info["adapter"])
-        row, trajs = _evaluate(ctx, "direct_grpo", policy, "direct_grpo-eval")
+        try:
+            row, trajs = _evaluate(ctx, "direct_grpo", policy, "direct_grpo-eval")
+        finally:
+            release(policy)
         add(row, trajs, info["rollouts"], info["wall_s"])
 
     # the rows the answer needs first (MoE and direct GRPO), then the router and each adapter alone: a run stopped

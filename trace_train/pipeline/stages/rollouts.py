@@ -16,7 +16,7 @@ from trace_train.pipeline.stages.common import set_threads
 def run(ctx: StageContext) -> dict[str, Any]:
     from trace_gym.records import TRAJECTORIES, read_records
     from trace_train.base_rollouts import RolloutArgs, rollout
-    from trace_train.config import EngineArgs, RolloutSettings, settings_of
+    from trace_train.config import EngineArgs, GenerationSettings, RolloutSettings, settings_of
 
     cfg, r = ctx.config, ctx.config.rollouts
     set_threads(cfg.threads)
@@ -24,6 +24,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     args = RolloutArgs(
         **settings_of(r, RolloutSettings),
         **settings_of(cfg.base, EngineArgs),
+        **settings_of(cfg.generation, GenerationSettings),  # the local engine or a server ([generation])
         env_id=cfg.target.env_id,
         model=ctx.upstream["base"]["model"],
         out=str(ctx.dir),
