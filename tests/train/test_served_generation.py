@@ -171,3 +171,46 @@ def test_trace_rollout_and_calibrate_through_the_server_equal_the_local_ones(ser
     a = calibrate(ENV, HFPolicy.from_pretrained(model_dir), settings, model_name="m")
     b = calibrate(ENV, served_policy, settings, model_name="m")
     assert a.to_spec() == b.to_spec()
+
+
+def test_grpo_samples_on_trace_serve_with_the_adapter_hot_loaded_and_its_log_probs(
+    served_dirs, server, tmp_path
+):
+    """``trace train --vllm-url`` against ``trace serve``: each step's adapter is hot-loaded and addressed, and
+    the server's log-probs come back with the sampled ids (the importance correction's sampler side)."""
+    from trace_train.grpo.trainer import GRPOArgs, GRPOTrainer
+
+    args = GRPOArgs(
+        env_id="traintest/echo-v0",
+        model=str(served_dirs[0]),
+        out=str(tmp_path / "grpo"),
+        steps=2,
+        groups_per_step=1,
+        group_size=2,
+        max_new_tokens=4,
+        lora_rank=4,
+        save_every=1000,
+        micro_batch_size=4,
+        tensorboard=False,
+        progress=False,
+        vllm_url=server.url,
+        vllm_lora_name="grpo-test",
+    )
+    trainer = GRPOTrainer(args)
+    real, seen = trainer.remote.generate_with_logprobs, []
+
+    def record(prompts, sampling, seeds=None):
+        seen.append((trainer.remote.lora_name, *real(prompts, sampling, seeds)))
+        return seen[-1][1:]
+
+    trainer.remote.generate_with_logprobs = record
+    trainer.train()
+    assert [name for name, _, _ in seen] == ["grpo-test-step-0", "grpo-test-step-1"]  # each step's adapter
+    assert all(
+        len(lp) == len(ids) and all(math.isfinite(x) and x <= 0 for x in lp)
+        for _, rows, lps in seen
+        for ids, lp in zip(rows, lps, strict=True)
+    )
+    assert "grpo-test-step-2" in OpenAIClient(base_url=server.url).models()
+    trainer.remote.release()
+    assert "grpo-test-step-2" not in OpenAIClient(base_url=server.url).models()
