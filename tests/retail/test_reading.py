@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from trace_gym.targets.retail.reading import asked_slots, confirmation_request, reports
+from trace_gym.targets.retail.reading import asked_slots, assent_request, confirmation_request, reports
 
 
 # ---- requests phrased as a need or an offer, and a "which" pointing back at the choices -----------------------
@@ -240,3 +240,76 @@ def test_reply_yes_asks_for_a_yes(text: str):
 
 def test_a_yes_reported_is_no_request():
     assert not confirmation_request("You said yes to cancelling #W1234567 earlier.")
+
+
+# ---- issue 52: the decision asked for, not the phrase (found by paraphrase round ten) ------------------------
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The replacement is pricier. How do you want to cover the extra?",
+        "What should happen with the money?",
+        "Where should the money go?",  # where money goes is no street address
+        "The two versions don't cost the same, so there's a difference. What would you like to use?",
+        "There's a difference of a few dollars - what do you want to put it on?",
+    ],
+)
+def test_a_question_about_the_money_asks_for_the_payment_method(text: str):
+    assert "payment" in asked_slots(text), text
+    assert "address" not in asked_slots(text), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Your money will be back within a week. Anything else?",  # a question, but not about the money
+        "The difference has been refunded. Is there anything else I can do?",
+        "The difference is small.",  # a statement asks nothing
+        "Where should we ship the package now?",  # still an address
+    ],
+)
+def test_money_mentioned_around_another_question_asks_no_payment(text: str):
+    assert "payment" not in asked_slots(text), text
+
+
+def test_a_bare_which_one_points_back_at_the_slot_named_before():
+    assert asked_slots("The form needs a reason for cancelling. Which one applies?") == {"reason"}
+    assert "order" in asked_slots("You have three orders. Which one is it?")  # orders named: the order
+
+
+def test_lets_start_with_asks_and_there_is_no_order_reports_not_found():
+    assert "email" in asked_slots("Let's begin with the e-mail on your profile.")
+    assert reports("Sorry, there is no #W1234567 in your history.", "not_found")
+    assert not reports("There's no rush at all.", "not_found")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Are you happy with that?",
+        "Is this what you had in mind?",
+        "All set?",
+        "Fine by you?",
+        "OK for me to submit it?",
+        "Can I have a yes before I do it?",
+        "I'll just need your go-ahead.",
+        "Would it be alright if I put this through now?",
+    ],
+)
+def test_a_yes_no_question_about_the_proposal_asks_for_assent(text: str):
+    assert assent_request(text), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Is there anything else?",
+        "Do you have any questions about that?",
+        "Do you remember what was in it?",
+        "Could you give me the order number for it?",  # names a slot: asks for the number
+        "Which card should I use for it?",  # a wh-question asks for a choice
+        "Should I refund it to the card or to a gift card?",  # alternatives ask for a choice
+        "That is all done now.",  # no request
+    ],
+)
+def test_questions_that_ask_for_something_else_ask_no_assent(text: str):
+    assert not assent_request(text), text

@@ -82,3 +82,22 @@ def test_reveals_a_fallback_when_told_a_variant_is_unavailable(env):
     env.step(say("Unfortunately that variant is out of stock."))
     assert last_user(env) == fallback.value
     assert "fallback" in env.episode.user.told
+
+
+def test_a_yes_no_question_about_a_stated_proposal_gets_its_answer(env):
+    """Issue 52: "Are you good with that?" after the proposal asks for the yes; the same question with no
+    action stated (or a negated one) gets none."""
+    find_seed(env, lambda t: len(t.requests) == 1 and t.requests[0].kind == "cancel", difficulty=1)
+    goal = env.task.requests[0].order_id
+    proposal = next(
+        a["content"] for a in env.oracle_actions() if "Do you confirm" in (a.get("content") or "")
+    )
+    plan = proposal.removesuffix(" Do you confirm (yes/no)?")
+    env.step(say(f"Your order {goal} is in our system. Are you good with that?"))  # nothing proposed
+    assert "yes" not in last_user(env).lower()  # not read as a proposal at all
+    env.step(say(plan.replace("I will cancel", "I will not cancel") + " Are you good with that?"))
+    assert "yes" not in last_user(env).lower()
+    env.step(say(plan))
+    env.step(say("Ready for me to do it?"))  # points back at the plan said just before
+    assert last_user(env) == "Yes, please go ahead."
+    assert [o for _, o in env.episode.user.confirmations] == [goal]

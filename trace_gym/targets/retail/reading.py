@@ -44,7 +44,7 @@ REQUEST = re.compile(
     r"|\b(?:could|can|would|will) you\b|\bmay i (?:have|ask|get|know|see)\b"
     r"|\b(?:i|we)(?:'ll| will|'d| would)?(?: just| only| first| also| still| now)? (?:need|require) (?:your|you to|the|a|an|either|both|one of|some|to (?:know|have|get|see|hear))\b"
     r"|\byou (?:can|could|may) (?:just )?(?:give|send|share|provide|tell|let|type|write)\b"
-    r"|\b(?:let me know|tell me|inform me|fill me in|walk me through)\b"
+    r"|\b(?:let me know|tell me|inform me|fill me in|walk me through)\b|\blet(?:'s| us) (?:start|begin) with\b"
     r"|\b(?:is|are) (?:needed|required|necessary)\b|\bif you (?:could|can|would|don'?t mind)\b",
     re.IGNORECASE,
 )
@@ -77,7 +77,9 @@ SLOTS: dict[str, re.Pattern[str]] = {
         r"|\b(?:shipping|delivery|mailing|postal|forwarding) (?:details|info|information|location|place)\b",
         "payment": r"\bpay(?:s|ing|ment|ments)?\b|\bpaid\b|\bcards?\b|\bpaypal\b|\bsettle\b|\bcharg(?:e|es|ed|ing)\b"
         r"|\bbill(?:ed|ing)?\b|\brefund(?:s|ed|ing)?\b|\breimburs\w*|\b(?:which|what) (?:method|account)\b"
-        r"|\bcover(?:ed|ing)? (?:the )?(?:difference|cost|amount)\b|\bfund(?:s|ed|ing)?\b|\bcredited\b",
+        r"|\bcover(?:ed|ing)? (?:the )?(?:difference|cost|amount)\b|\bfund(?:s|ed|ing)?\b|\bcredited\b"
+        # the money itself: a request about where it comes from or goes to asks which method
+        r"|\bmoney\b|\bdifference\b|\bthe extra\b|\bextra (?:cost|charge|amount|money)\b",
     }.items()
 }
 # Words that make an "address" an email address, not a street address.
@@ -123,7 +125,7 @@ OBSTACLES: dict[str, re.Pattern[str]] = {
         r"|\bc[oa]me(?:s)? (?:back|up) empty\b"
         r"|(?:\bnot|n[’']t|\bno way to|\bunable to|\bcannot)\b[^.?!]{0,24}\b(?:find(?:ing)?|locat(?:e|ing)|exist(?:ing)?"
         r"|match(?:ing)?|retriev(?:e|ing)|see(?:ing)?|spot(?:ting)?|pull(?:ing)? (?:it |that )?up|be (?:an?|any) order)\b"
-        r"|\bno sign of\b"
+        r"|\bno sign of\b|\bno (?:such )?#?[a-z]*\d{5,}"  # "there's no #W1234567 on your account"
         r"|\b(?:not|isn[’']?t|wasn[’']?t) (?:a |an )?(?:valid|real|correct|known|existing|recogni[sz]ed)\b",
         re.IGNORECASE,
     ),
@@ -213,12 +215,29 @@ def _named(pattern: re.Pattern[str], clause: str) -> bool:
     return any(not _negated_at(clause, match.start()) for match in pattern.finditer(clause))
 
 
+# Where money goes is a payment decision, not a shipping one ("where should the money go?").
+MONEY_TOPIC = re.compile(
+    r"\bmoney\b|\brefund\w*|\bdifference\b|\bpa(?:y|id)\w*|\bcharg\w*|\bcredit", re.IGNORECASE
+)
+STREET_ADDRESS = re.compile(r"\baddress|\bship\w*|\bdeliver\w*|\bmov(?:e|ed|ing)\b|\bliv\w*", re.IGNORECASE)
+# A bare "which one(s)" points back at the choices just named, not at an order.
+BARE_WHICH = re.compile(r"\bwhich (?:one|ones)\b", re.IGNORECASE)
+# An open question for a decision that names no topic ("What do you want to use?", "Which would you prefer?"):
+# it asks about the topic the sentence before named.
+DECISION = re.compile(
+    r"^\W*(?:so |and |then )?(?:what|which|how)\b[^?.!]*\b(?:use|want|prefer|like|choose|pick|go with|do)\b",
+    re.IGNORECASE,
+)
+
+
 def _slots_named(sentence: str) -> set[str]:
     named: set[str] = set()
     for clause in clauses(sentence):
         for name, pattern in SLOTS.items():
             if name == "address" and EMAIL_CONTEXT.search(clause):
                 continue  # "the address you signed up with" is an email
+            if name == "address" and MONEY_TOPIC.search(clause) and not STREET_ADDRESS.search(clause):
+                continue  # "where should the money go?" asks where the money goes
             if _named(pattern, clause):
                 named.add(name)
     return named
@@ -231,8 +250,13 @@ def asked_slots(message: str) -> set[str]:
     before: set[str] = set()
     for sentence in sentences(message):
         named = _slots_named(sentence)
+        if named == {"order"} and before and "order" not in before and BARE_WHICH.search(sentence):
+            named = set()  # "I have to pick a reason. Which one fits?" asks for the reason
         if is_request(sentence):
-            asked |= named or (before if PRONOUN.search(sentence) else set())
+            points_back = PRONOUN.search(sentence) or (
+                DECISION.search(sentence) and not MORE.search(sentence)
+            )
+            asked |= named or (before if points_back else set())
         before = named
     if "email" in asked:
         asked.discard("identity")
@@ -257,6 +281,50 @@ def _asks_yes(sentence: str) -> bool:
 def confirmation_request(message: str) -> bool:
     """Some request of the message asks for a yes."""
     return any(_asks_yes(s) for s in sentences(message))
+
+
+# What a yes/no question must point at to be about the proposal: it ("that", "this", "everything"), the agent
+# doing it ("for me to", "I do"), or the user's assent itself ("a yes", "your OK", "the go-ahead").
+ABOUT_PROPOSAL = re.compile(
+    r"\b(?:that|this|it|these|those|everything|all (?:of )?(?:that|this|the above))\b|\bfor me to\b|\bme to\b"
+    r"|\b(?:i|we) (?:do|go|submit|process|make|put|place|start|finali[sz]e)\b",
+    re.IGNORECASE,
+)
+ASSENT = re.compile(
+    r"\b(?:a|an|your|the) (?:yes|ok|okay|go-?ahead|green light|approval|consent|permission|sign-?off|blessing)\b",
+    re.IGNORECASE,
+)
+# Yes/no questions that ask about the user, not for a decision ("Do you have any questions about that?").
+ABOUT_USER = re.compile(
+    r"^\W*(?:do|did|does|have|has) you (?:have|remember|recall|know|see|need|still|get|receive|use)\b"
+    r"|\bany (?:questions|concerns|other|more)\b",
+    re.IGNORECASE,
+)
+FRAGMENT_WORDS = 4  # "Good to go?", "Sound okay?", "All set?": a short yes/no question about what was said
+
+
+def assent_request(message: str) -> bool:
+    """A request for the user's assent that is not a fixed phrase: a yes/no question about what was just said
+    ("Are you good with that?", "Ready for me to do it?", "Good to go?") or a request for the yes itself ("I
+    just need your OK"). It names no slot and is no wh-question ("Do you have the order number?" asks for a
+    number); whether there is a proposal to assent to is the caller's to decide."""
+    for sentence in sentences(message):
+        if (
+            not is_request(sentence)
+            or _slots_named(sentence)
+            or MORE.search(sentence)
+            or ABOUT_USER.search(sentence)
+        ):
+            continue
+        if ASSENT.search(sentence):
+            return True
+        question = sentence.rstrip().endswith("?") and not WH_QUESTION.search(sentence)
+        if not question or YES_NO.search(sentence) is None and re.search(r"\bor\b", sentence, re.IGNORECASE):
+            continue  # "... or ...?" offers alternatives
+        # a polar question, or an elliptical one ("Ready for me to do it?" for "Are you ready ...")
+        if ABOUT_PROPOSAL.search(sentence) or len(re.findall(r"[A-Za-z']+", sentence)) <= FRAGMENT_WORDS:
+            return True
+    return False
 
 
 def affirmed(pattern: str | re.Pattern[str], text: str) -> bool:

@@ -33,6 +33,7 @@ from trace_gym.targets.retail.reading import (
     MORE,
     affirmed,
     asked_slots,
+    assent_request,
     confirmation_request,
     negates,
     reports,
@@ -188,8 +189,13 @@ class RetailUser(UserRecords):
         # A proposal that names no order ("Shall I go ahead?") is read with the agent's message before it, if
         # that one was said during this request.
         context = message
-        if proposal and not ANY_ORDER_ID.search(message) and len(self.heard) - 2 >= self.starts[-1]:
+        if not ANY_ORDER_ID.search(message) and len(self.heard) - 2 >= self.starts[-1]:
             context = self.heard[-2][1] + "\n" + message
+        # Any other request for a yes ("Are you good with that?", "I just need your OK") asks for one when
+        # there is an action to say yes to: the reader asks which decision is wanted, not which words.
+        proposal = proposal or (assent_request(message) and proposes(context))
+        if not proposal:
+            context = message
         ids = {_order_id(m) for m in ANY_ORDER_ID.findall(context)} if proposal else set()
         if self._request_done(request, ids):
             return self._advance()
@@ -365,6 +371,11 @@ ACTION_WORDS = re.compile(
     r"\b(?:cancel|modif|chang|return|exchang|ship|updat|replac|swap|switch|process|refund|charg|proceed|do)\w*",
     re.IGNORECASE,
 )
+
+
+def proposes(text: str) -> bool:
+    """The text states an action of some write without negating it ("I'll cancel order ...")."""
+    return any(affirmed(verb, text) for verb in VERBS.values())
 
 
 def _negated_action(order_id: str, message: str) -> bool:
