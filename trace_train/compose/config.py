@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trace_train.config import EngineArgs, EvalSettings, knob
+from trace_train.config import EngineArgs, EvalSettings, GenerationSettings, knob
 
 LABELINGS = ("slot", "advantage")  # how gate labels are put on an adapter's tokens (compose/data.py)
 
@@ -82,9 +82,10 @@ class GateSettings:
 
 
 @dataclass
-class ComposeArgs(GateSettings, EngineArgs):
+class ComposeArgs(GateSettings, EngineArgs, GenerationSettings):
     """``trace compose``: :class:`GateSettings` plus the adapters, their envs and the run's own settings; the gate
-    data is rolled out with :class:`EngineArgs` (the tool format must be the one the adapters trained with)."""
+    data is rolled out with :class:`EngineArgs` (the tool format must be the one the adapters trained with), on a
+    server when :class:`GenerationSettings` names one (each adapter hot-loaded for its own rollouts)."""
 
     adapters: list[str]  # PEFT adapter dirs (or `trace train` run dirs), one per capability
     envs: list[str]  # the capability env each adapter was trained on (same order); gate data comes from it
@@ -111,6 +112,7 @@ class ComposeArgs(GateSettings, EngineArgs):
         if self.base_target_episodes and not self.target:
             raise ValueError("--base-target-episodes needs --target (the env the base is rolled out on)")
         super().__post_init__()
+        GenerationSettings.__post_init__(self)
 
 
 # Settings that must match for a resume to be meaningful.

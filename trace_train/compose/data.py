@@ -129,7 +129,34 @@ def _rollouts(
     sampling: SamplingConfig,
     args: Any,
     difficulty: int | None = None,
+    adapter: str | None = None,
 ) -> list[Trajectory]:
+    """``episodes`` rollouts of ``policy`` (one slot forced). With a generation server (``args.server_url``) the
+    turns are generated there instead, by the base plus ``adapter`` (what forcing its slot computes: the base for
+    slot 0), hot-loaded for these rollouts and unloaded after; the prompts are still rendered here."""
+    served = None
+    if getattr(args, "server_url", None):
+        from trace_train.policies.served import ServedPolicy
+
+        served = ServedPolicy.connect(
+            args.model,
+            args.server_url,
+            served_model=args.served_model,
+            adapter=adapter,
+            timeout=args.server_timeout,
+            max_retries=args.server_retries,
+        )
+    try:
+        return _collect(policy, env_id, episodes, first_index, sampling, args, difficulty, served)
+    finally:
+        if served is not None:
+            served.close()
+
+
+def _collect(policy, env_id, episodes, first_index, sampling, args, difficulty, served) -> list[Trajectory]:
+    generator = None
+    if served is not None:
+        generator = lambda prompts, _active, _turn: served.generate_with_logprobs(prompts, sampling)  # noqa: E731
     trajs: list[Trajectory] = []
     envs = [make_env(env_id) for _ in range(min(args.rollout_batch_size, episodes))]
     try:
@@ -144,7 +171,9 @@ def _rollouts(
                 )
                 for i in range(n)
             ]
-            trajs += collect(policy, envs[:n], specs, sampling, args.max_turns, args.max_total_tokens)
+            trajs += collect(
+                policy, envs[:n], specs, sampling, args.max_turns, args.max_total_tokens, generator=generator
+            )
     finally:
         for env in envs:
             env.close()
@@ -194,7 +223,12 @@ def collect_gate_data(
     for k, (env_id, level) in enumerate(zip(env_ids, difficulties, strict=True), start=1):
         # one policy (and so one cached engine) per slot: a kept shared prefix must not cross slots
         policy = slot_policy(composition, tokenizer, k, args)
-        trajs = _rollouts(policy, env_id, args.episodes_per_env, 0, sampling, args, level)
+        adapter = None
+        if getattr(args, "server_url", None):
+            from trace_train.compose.artefact import adapter_dir
+
+            adapter = str(adapter_dir(args.adapters[k - 1]))
+        trajs = _rollouts(policy, env_id, args.episodes_per_env, 0, sampling, args, level, adapter)
         good = [t for t in trajs if t.reward >= args.min_reward and t.generated_tokens]
         own = [label_trajectory(t, k, env_id, lm=True) for t in good]
         report.add(composition.names[k - 1], trajs, len(good))

@@ -83,9 +83,9 @@ class GenerationConfig(GenerationSettings):
     """Where every stage that generates does it (:class:`GenerationSettings`): the local engine, or a server that
     takes token ids and hot-loads LoRA adapters (vLLM, SGLang, ``trace serve``) started on this run's base model
     (``[base] model``; docs/pipeline.md shows the command). With a server, rollouts, calibration, the adapters' and
-    direct GRPO's rollouts and the evaluation of the base, each adapter and direct GRPO generate there, each
-    adapter hot-loaded for its stage and unloaded after. The gate data, the router and the gated composition
-    (MoE) always run locally: vLLM cannot route adapters per token, and the gates train on local forward passes."""
+    direct GRPO's rollouts, the gate data's rollouts and the evaluation of the base, each adapter and direct GRPO
+    generate there, each adapter hot-loaded for its stage and unloaded after. The gated composition (MoE) is
+    evaluated locally (vLLM cannot route adapters per token), and so is the router (step 4's code)."""
 
 
 @dataclass

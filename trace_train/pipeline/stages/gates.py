@@ -33,12 +33,13 @@ def run(ctx: StageContext) -> dict[str, Any]:
         train_seeds("gates", cfg.target.env_id, g.base_target_seed_offset, g.base_target_episodes)
     from trace_train.compose.config import ComposeArgs, GateSettings
     from trace_train.compose.train import compose, step_status
-    from trace_train.config import EngineArgs, settings_of
+    from trace_train.config import EngineArgs, GenerationSettings, settings_of
 
     names = list(adapters)
     args = ComposeArgs(
         **{**settings_of(g, GateSettings), "save_every": g.save_every or max(1, g.steps // 4)},
         **settings_of(cfg.base, EngineArgs),  # the gate data sees the tool text the adapters trained with
+        **settings_of(cfg.generation, GenerationSettings),  # its rollouts on the server, each adapter hot-loaded
         adapters=[adapters[n]["adapter"] for n in names],
         envs=[adapters[n]["env_id"] for n in names],
         out=str(ctx.dir),
