@@ -238,3 +238,36 @@ def test_no_probe_earns_more_milestones_than_the_agent_lacking_the_capability(ca
     for name, values in probes.items():
         mean = sum(values) / len(values)
         assert mean < floor or mean == floor == 0.0, (name, mean, floor)
+
+
+def test_a_record_the_prefix_read_is_no_milestone_to_read_again():
+    """The oracle re-reads an order a query of the prefix read already (issue 52): an agent that goes by the
+    prefix's read is paid like the oracle; a read the prefix never made still is a milestone."""
+    oracle = [(1, "read o"), (3, "read o"), (4, "answered 1 status")]
+    assert event_milestones(1.0, oracle, [(4, "answered 1 status")], [], start_turn=2) == 1.0
+    assert event_milestones(0.0, oracle, [(4, "answered 1 status")], [], start_turn=0) == 0.0
+
+
+def test_a_refusal_without_its_read_fails_and_earns_no_milestones():
+    """The precondition env, refusal_without_read's episodes: reward 0, no milestone, the capability LACKING."""
+    from trace_gym.core.validation import RefusalWithoutRead, ValidationConfig, play_probe
+
+    env, other = make("precondition-checking"), make("precondition-checking")
+    last: dict = {}
+    step = env.step
+
+    def recorded(action):
+        result = step(action)
+        last["info"] = result[4]
+        return result
+
+    env.step = recorded
+    played = 0
+    for seed in range(12):
+        reward, probe = play_probe(env, other, RefusalWithoutRead, seed, ValidationConfig())
+        if probe is None or not probe.applies:
+            continue
+        played += 1
+        assert reward == 0.0 and last["info"]["reward_components"][SHAPED_KEY] == 0.0
+        assert last["info"]["requirements"]["precondition-checking"] == "LACKING"
+    assert played >= 2

@@ -193,3 +193,68 @@ def test_a_confirmed_write_the_tools_refuse_is_still_a_violation(env):
         "refused_write"
     ]
     assert reward == 0.0
+
+
+# ---- a refusal needs the read that shows it (issue 52) -------------------------------------------------------
+def _obstacle(obstacle: str):
+    return lambda t: len(t.requests) == 1 and t.requests[0].obstacle == obstacle
+
+
+def _read_moved(actions: list[dict[str, Any]], tool: str, key: str, after: int) -> list[dict[str, Any]]:
+    """The oracle with its ``tool`` read of ``key`` taken out of its step and made right after action ``after``."""
+    moved, out = [], []
+    for i, action in enumerate(actions):
+        calls = action.get("tool_calls") or []
+        kept = [c for c in calls if not (c["function"]["name"] == tool and key in c["function"]["arguments"])]
+        moved += [c for c in calls if c not in kept]
+        if kept or not calls:
+            out.append({**action, "tool_calls": kept} if calls else action)
+        if i == after:
+            out.append("MOVED")
+    return [{"content": "", "tool_calls": moved} if a == "MOVED" else a for a in out]
+
+
+def test_an_unavailable_variant_reported_before_the_product_read_scores_zero(env):
+    """The refusal of the first choice is a guess until the product was read; read afterwards, the rest of the
+    episode as the oracle's, it still fails (informed), and precondition-checking is what it lacks."""
+    find_seed(env, _obstacle("unavailable"))
+    actions = env.oracle_actions()
+    product = env.task.requests[0].reads[1][1]
+    report = next(i for i, a in enumerate(actions) if "is not available" in (a.get("content") or ""))
+    reward, info, _ = play(env, _read_moved(actions, "get_product_details", product, report))
+    assert reward == 0.0 and info["reward_components"]["informed"] == 0.0
+    assert info["requirements"]["precondition-checking"] == "LACKING"
+    assert "before the read that shows it" in env.first_failure()["evidence"]
+    find_seed(env, _obstacle("unavailable"))
+    assert play(env, env.oracle_actions())[0] == 1.0  # the oracle reads first
+
+
+def test_a_short_gift_card_reported_before_the_balance_was_read_scores_zero(env):
+    find_seed(env, _obstacle("gift_card"))
+    actions = env.oracle_actions()
+    report = next(i for i, a in enumerate(actions) if "is not enough" in (a.get("content") or ""))
+    moved = _read_moved(actions, "get_user_details", env.task.user_id, report)
+    assert moved != actions
+    reward, info, _ = play(env, moved)
+    assert reward == 0.0 and info["reward_components"]["informed"] == 0.0
+
+
+def test_the_refusal_without_read_probe_scores_zero_and_passes_the_planted_hole(monkeypatch):
+    """``trace check``'s probe on retail-v2: it applies (status, unavailable and balance refusals) and scores
+    0; with the read check taken out of the verdict, the unavailable refusals it plays pass again."""
+    import gymnasium as gym
+
+    from trace_gym.core.validation import RefusalWithoutRead, ValidationConfig, play_probe
+    from trace_gym.targets.retail import diagnosis, verifier
+
+    env, other = gym.make("trace/retail-v2").unwrapped, gym.make("trace/retail-v2").unwrapped
+    config = ValidationConfig()
+
+    def rewards() -> list[float]:
+        played = [play_probe(env, other, RefusalWithoutRead, seed, config) for seed in range(20)]
+        return [reward for reward, probe in played if probe is not None and probe.applies]
+
+    assert len(rewards()) >= 5 and set(rewards()) == {0.0}
+    monkeypatch.setattr(diagnosis, "refusal_shown", lambda *args: True)
+    monkeypatch.setattr(verifier, "refusal_shown", lambda *args: True)
+    assert 1.0 in rewards()

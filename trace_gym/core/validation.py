@@ -14,7 +14,8 @@ just ticks. The checks, in order:
   sprayed amounts, a status talker, another seed's oracle); each must score <= 0.02 above chance on average,
   plus the hedging and policy probes: a wrong figure beside the right one, a wrong figure then "sorry,
   correction", a negated proposal, questions turned into statements that ask nothing, each write repeated
-  until the tools refuse it, and the position shortcut (take the first listed id); "another seed's oracle"
+  until the tools refuse it, a refusal said before the reads that justify it (issue 52: a right guess is no
+  checked refusal), and the position shortcut (take the first listed id); "another seed's oracle"
   and the position shortcut are judged against chance (tiny answer spaces, k listed candidates); on a derived
   env (one that names its source task: ``source_info()``) also the oracle continuation without its last tool
   call, and another source task's continuation (issue 52);

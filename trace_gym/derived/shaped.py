@@ -17,8 +17,9 @@ rule (a wrong write, a policy violation). The binary success stays the reward.
   naming the write (``confirmed <order> <tool>``), each exact write (``write <tool> <args>``), the
   ``transfer``, each required fact told right (``answered <request> <need>``). A milestone is reached when
   the agent's episode has the same event *after the start* (the prefix's events are the oracle's and are not
-  paid for; only-talking produces none). A violation is any of the target's: a broken policy rule, a wrong
-  write (a carried-out write no expected one), a wrong or hedged answer, sprayed amounts. Talking after the
+  paid for; only-talking produces none; a read the prefix already made is no milestone). A violation is any
+  of the target's: a broken policy rule, a wrong write (a carried-out write no expected one), a wrong or
+  hedged answer, sprayed amounts, a write, answer or refusal before the reads it needs. Talking after the
   oracle's opening earns nothing either: the reward is 0 unless an outcome event (:data:`OUTCOME_EVENTS`: a
   write, a transfer, a required fact told) after the start was reached, as BFCL's rule wants a checked turn
   passed (else ``trace check``'s status talker, the oracle's opening up to its first read and then talk,
@@ -86,7 +87,12 @@ def event_milestones(
     order it reaches them, each reached when the agent's episode has it after ``start_turn``; then success."""
     if violations:
         return 0.0
-    wanted = list(dict.fromkeys(key for turn, key in sorted(oracle_events) if turn > start_turn))
+    # a record the prefix already read is no milestone to read again (the oracle re-reads it; an agent that
+    # remembers the prefix's read need not, and the verdict does not ask it to)
+    known = {key for turn, key in oracle_events if turn <= start_turn and key.startswith("read ")}
+    wanted = list(
+        dict.fromkeys(key for turn, key in sorted(oracle_events) if turn > start_turn and key not in known)
+    )
     got = {key for turn, key in events if turn > start_turn}
     if any(_outcome(key) for key in wanted) and not any(_outcome(key) for key in wanted if key in got):
         return 0.0  # no outcome reached: replaying the opening and then only talking earns nothing

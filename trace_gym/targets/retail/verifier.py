@@ -9,7 +9,9 @@ Reward is 1.0 only when every component is 1.0:
 * ``no_amount_spraying``: no agent message lists more than
   :data:`~trace_gym.targets.retail.facts.MAX_AMOUNTS_PER_MESSAGE` distinct amounts;
 * ``informed``: each write, and each required fact, came after the reads its request needs (the order, the
-  products of changed items, the orders of a total): an agent that acts or answers without looking fails;
+  products of changed items, the orders of a total), and each obstacle the agent reported (a refusal: the
+  variant unavailable, the gift card short, the order not found) after the read that shows it: an agent that
+  acts, answers or refuses without looking fails, even where its guess was right;
 * ``transfer``: a transfer happened if and only if the task needs one;
 * ``policy``: no rule was broken (:data:`RULES`).
 
@@ -30,7 +32,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from trace_gym.core.env import CallRecord, Evaluation
-from trace_gym.targets.retail.diagnosis import Diagnosis, attempted, diagnose, normal_arguments
+from trace_gym.targets.retail.diagnosis import (
+    Diagnosis,
+    attempted,
+    diagnose,
+    normal_arguments,
+    refusal_reported,
+    refusal_shown,
+)
 from trace_gym.targets.retail.facts import answer, sprayed, stated, told
 from trace_gym.targets.retail.tasks import Request, Task
 from trace_gym.targets.retail.tools import WRITE_TOOLS
@@ -157,19 +166,32 @@ def _writes_on(calls: Sequence[CallRecord], order_id: str | None) -> list[CallRe
     ]
 
 
-def informed(task: Task, calls: Sequence[CallRecord], user: UserRecords, index: int) -> bool:
-    """The request's writes and answers came after the reads it needs."""
+def uninformed_events(
+    task: Task, calls: Sequence[CallRecord], user: UserRecords, index: int
+) -> list[tuple[int, str]]:
+    """Where request ``index`` acted or spoke before looking, as (agent turn, kind): a write before the reads
+    it needs (``uninformed_write``), a required fact told before them (``uninformed_answer``), an obstacle
+    reported (a refusal: the variant unavailable, the gift card short, the order not found) before the read
+    that shows it (``uninformed_refusal``): a right guess is not a checked refusal (issue 52)."""
     request = task.requests[index]
-    if not request.reads:
-        return True
-    done = [c for c in _writes_on(calls, request.order_id) if c.error is None]
-    if done and not _read_before(calls, request.reads, done[0].turn):
-        return False
-    if request.needs:
-        told = _told_turn(task, user, index)
-        if told < float("inf") and not _read_before(calls, request.reads, told):
-            return False
-    return True
+    found: list[tuple[int, str]] = []
+    if request.reads:
+        done = [c for c in _writes_on(calls, request.order_id) if c.error is None]
+        if done and not _read_before(calls, request.reads, done[0].turn):
+            found.append((done[0].turn, "uninformed_write"))
+        if request.needs:
+            told_at = _told_turn(task, user, index)
+            if told_at < float("inf") and not _read_before(calls, request.reads, told_at):
+                found.append((int(told_at), "uninformed_answer"))
+    reported = refusal_reported(request, user, index)
+    if reported is not None and not refusal_shown(task, calls, request, reported):
+        found.append((reported, "uninformed_refusal"))
+    return found
+
+
+def informed(task: Task, calls: Sequence[CallRecord], user: UserRecords, index: int) -> bool:
+    """The request's writes, answers and refusals came after the reads they need."""
+    return not uninformed_events(task, calls, user, index)
 
 
 def evaluate(task: Task, state: State, calls: Sequence[CallRecord], user: UserRecords) -> Evaluation:
@@ -232,7 +254,8 @@ def milestone_events(
     ``transfer`` and ``answered <request> <need>`` (a required fact told right, as the first answer).
     Violations are what no continuation may repair: a broken policy rule (:data:`RULES`), a carried-out
     write that is no expected write (a wrong write), a required fact answered wrong or hedged (a wrong
-    answer), a message spraying amounts."""
+    answer), a message spraying amounts, a write, answer or refusal before the reads it needs
+    (:func:`uninformed_events`)."""
     events: list[tuple[int, str]] = []
     for c in calls:
         if c.error is not None:
@@ -256,6 +279,8 @@ def milestone_events(
         and (c.name, normal_arguments(c.arguments)) not in expected
     ]
     violations += [(turn, "amount_spraying") for turn, text in user.heard if sprayed(text)]
+    # acting, answering or refusing before looking: no later read repairs it (the verdict's ``informed``)
+    violations += [e for i in range(len(task.requests)) for e in uninformed_events(task, calls, user, i)]
     for index, request in enumerate(task.requests):
         heard = user.heard_during(index)
         messages = [text for _, text in heard]
