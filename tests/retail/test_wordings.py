@@ -22,6 +22,7 @@ from tests.retail.wordings import (
     FRESH_8,
     FRESH_9,
     FRESH_10,
+    FRESH_11,
     Family,
     Wording,
 )
@@ -39,6 +40,7 @@ ROUNDS = {
     "fresh_8": FRESH_8,
     "fresh_9": FRESH_9,
     "fresh_10": FRESH_10,
+    "fresh_11": FRESH_11,
 }
 HALVES = ("tune", "held_out", *ROUNDS)
 

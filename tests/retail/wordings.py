@@ -1605,3 +1605,194 @@ FRESH_10: dict[str, tuple[Wording, ...]] = {
         lambda m: f"I couldn't locate {m.group(1)}. Can you tell me what you bought?",
     ),
 }
+
+
+# ---- round eleven (fresh, issue 52): written after round ten's classes were fixed; measured once, never used for
+# fixing. Other voices: brisk chat support, a patient phone agent, a non-native speaker, a store clerk; payment
+# asked as the choice about the money in several shapes, confirmations asked as people ask for a go-ahead.
+def _plain(m: re.Match[str]) -> str:
+    """The proposal as a store clerk says it: the order first, the money in its own sentence."""
+    p, d = plan(m), plan(m).details
+    if p.kind == "cancel":
+        why = "you don't need it any more" if "no longer" in d["reason"] else "it was a mistake"
+        return (
+            f"Order {p.order} gets cancelled because {why}. You'd get {d['amount']} back where you paid from."
+        )
+    if p.kind == "address":
+        return f"Order {p.order} would then go to {d['address']}."
+    if p.kind in ("modify", "exchange"):
+        side = "we'd charge" if d["direction"] == "charged to" else "we'd send back"
+        swap = "changed" if p.kind == "modify" else "exchanged"
+        return f"On order {p.order}, {p.swaps()} get {swap}. For the difference {side} {d['amount']} on {d['method']}."
+    return f"From order {p.order} we take back items {d['items']}. {d['amount']} would go to {d['method']}."
+
+
+FRESH_11: dict[str, tuple[Wording, ...]] = {
+    "email": (
+        lambda m: "hey! whats ur email?",
+        lambda m: (
+            "Of course, I can take care of that for you. Could you please read me the email on the account?"
+        ),
+        lambda m: "Please, for find your account I need the email.",
+        lambda m: "Alright, what email is the account under?",
+        lambda m: "Can you type out your email address for me?",
+        lambda m: "Quick security step first: which email did you register?",
+        lambda m: "First I need to look you up. What's your email, please?",
+        lambda m: "I'd be happy to. May I get your email address?",
+        lambda m: "Sure. Email address on the account?",
+        lambda m: "To find your orders I'll need the email you use with us.",
+    ),
+    "name_zip": (
+        lambda m: "hmm that email isnt found. name + zip?",
+        lambda m: (
+            "I'm sorry, I've searched and that email address doesn't bring up an account. Could you please tell "
+            "me your first and last name and your zip code?"
+        ),
+        lambda m: "This email I cannot find. Please give me your name and zip code.",
+        lambda m: "No account with that email, I'm afraid. What's your full name and zip?",
+        lambda m: "That one isn't in the system. Can I get your name and ZIP code?",
+        lambda m: "I don't have anything under that email. Your first name, last name and postcode?",
+        lambda m: "Hm, not finding it. Could you give me your name and your zip code instead?",
+        lambda m: "That email doesn't match. What name and zip code should I search?",
+        lambda m: "Sorry, no match. Please send your full name and zip code.",
+        lambda m: "Nothing comes up for that email. Let me try your name and zip - what are they?",
+    ),
+    "order_id": (
+        lambda m: "which order #?",
+        lambda m: "Of course. Could you please read me the order number you'd like cancelled?",
+        lambda m: "Please, what is the number of the order?",
+        lambda m: "Sure, which order is it?",
+        lambda m: "Can you give me the order number?",
+        lambda m: "What's the order ID?",
+        lambda m: "Which order do you want to cancel - do you have its number?",
+        lambda m: "I'll need the number of the order you mean.",
+        lambda m: "Okay. What order number are we talking about?",
+        lambda m: "Could you tell me which order? The number is enough.",
+    ),
+    "reason": (
+        lambda m: "why u cancelling?",
+        lambda m: "I can certainly help with that. May I ask what the reason for cancelling is?",
+        lambda m: "Please, for what reason you cancel?",
+        lambda m: "Okay - why do you want to cancel?",
+        lambda m: "What's the reason?",
+        lambda m: "Could you tell me why you're cancelling the order?",
+        lambda m: "Is it because you don't need it anymore, or did you order it by mistake?",
+        lambda m: "What's made you want to cancel?",
+        lambda m: "And why would you like it cancelled?",
+        lambda m: "I need to put down a reason. Why are you cancelling?",
+    ),
+    "address": (
+        lambda m: "new addr?",
+        lambda m: "Of course. Could you please read me the full new address, with the zip code?",
+        lambda m: "Please, what is your new address?",
+        lambda m: "Sure - where should it ship to now?",
+        lambda m: "What's the new address?",
+        lambda m: "Where would you like the order to go?",
+        lambda m: "Could you give me the address you want it delivered to?",
+        lambda m: "What address do you want on the order?",
+        lambda m: "Where do you live now? I'll put that on the order.",
+        lambda m: "Which address should I send it to?",
+    ),
+    "payment": (
+        lambda m: _money_question(m, "how do u want to pay the diff?", "where do u want the refund?"),
+        lambda m: _money_question(
+            m,
+            "There will be a small difference in price. How would you like to take care of that?",
+            "And where would you like us to send your money back?",
+        ),
+        lambda m: _money_question(
+            m,
+            "Please, the price is different. With what you want to pay the difference?",
+            "Please, to where we return the money?",
+        ),
+        lambda m: _money_question(
+            m,
+            "The new one doesn't cost the same. What should I put the difference on?",
+            "Where should your money go back to?",
+        ),
+        lambda m: _money_question(
+            m,
+            "What would you like to use to cover the price difference?",
+            "Would you like the money returned to your original payment, or to a gift card?",
+        ),
+        lambda m: _money_question(
+            m,
+            "Which card or account should pay the difference?",
+            "Where would you like to get the refund?",
+        ),
+        lambda m: _money_question(
+            m,
+            "How do you want to settle the price difference?",
+            "How do you want your money back?",
+        ),
+        lambda m: _money_question(
+            m,
+            "The difference needs to go somewhere. What would you like me to use?",
+            "The refund needs to go somewhere. Where would you like it?",
+        ),
+        lambda m: _money_question(
+            m,
+            "What do you want to do about the difference in price?",
+            "What would you like done with the refund?",
+        ),
+        lambda m: _money_question(
+            m,
+            "Got it. And for the difference, what would you like to use?",
+            "Got it. And the money - where should it go?",
+        ),
+    ),
+    "confirmation": (
+        lambda m: f"{_plain(m)} ok w/ you?",
+        lambda m: f"{_plain(m)} Would you like me to go ahead and do that for you?",
+        lambda m: f"Please check: {_plain(m)} It is fine for you?",
+        lambda m: f"{_plain(m)} Sound right?",
+        lambda m: [_plain(m), "Can I go ahead?"],
+        lambda m: f"{_plain(m)} Is that alright with you?",
+        lambda m: f"{_plain(m)} Are you okay with me doing that?",
+        lambda m: f"{_plain(m)} Do I have your permission to do it?",
+        lambda m: [f"So: {_plain(m)}", "Everything good?"],
+        lambda m: f"{_plain(m)} Just give me a yes and I'll do it.",
+    ),
+    "unavailable": (
+        lambda m: f"{m.group(1)} not in stock sorry",
+        lambda m: f"I'm very sorry, but I've checked and the {m.group(1)} is currently out of stock.",
+        lambda m: f"Sorry, the {m.group(1)} we don't have now.",
+        lambda m: f"Ah, the {m.group(1)} is sold out.",
+        lambda m: f"The {m.group(1)} isn't available.",
+        lambda m: f"Unfortunately we're out of stock on the {m.group(1)}.",
+        lambda m: f"I'm afraid the {m.group(1)} is not available right now.",
+        lambda m: f"We don't have the {m.group(1)} in stock at the moment.",
+        lambda m: f"The {m.group(1)} can't be ordered - it's unavailable.",
+        lambda m: f"No luck, the {m.group(1)} is out of stock.",
+    ),
+    "balance": (
+        lambda m: f"gift card has {m.group(2)}, diff is {m.group(1)} - not enough",
+        lambda m: (
+            f"I'm sorry, but your gift card only has {m.group(2)} left, and the difference is {m.group(1)}, so "
+            "it won't cover it."
+        ),
+        lambda m: f"Sorry, on the gift card is only {m.group(2)}, it is not enough for {m.group(1)}.",
+        lambda m: f"The gift card's balance is {m.group(2)}, short of the {m.group(1)} difference.",
+        lambda m: f"Your gift card won't cover the {m.group(1)} - it only has {m.group(2)}.",
+        lambda m: f"The {m.group(1)} difference is more than your gift card's {m.group(2)}.",
+        lambda m: f"There isn't enough on the gift card: {m.group(2)}, but the difference is {m.group(1)}.",
+        lambda m: f"The gift card balance of {m.group(2)} doesn't cover the {m.group(1)} difference.",
+        lambda m: f"I can't use the gift card - it has {m.group(2)} and the difference is {m.group(1)}.",
+        lambda m: f"Your gift card is too low ({m.group(2)}) for the {m.group(1)} difference.",
+    ),
+    "not_found": (
+        lambda m: f"{m.group(1)} not found, what was in it?",
+        lambda m: (
+            f"I'm so sorry, but I've searched and can't find an order {m.group(1)}. Could you tell me what you "
+            "ordered?"
+        ),
+        lambda m: f"Sorry, order {m.group(1)} I cannot find. What you ordered?",
+        lambda m: f"Hmm, {m.group(1)} doesn't come up. What was in the order?",
+        lambda m: f"I can't find {m.group(1)}. Do you remember any items?",
+        lambda m: f"There's no order {m.group(1)}. What else do you remember?",
+        lambda m: f"Order {m.group(1)} isn't in the system. Can you describe it?",
+        lambda m: f"I'm not seeing {m.group(1)} anywhere. What did you buy?",
+        lambda m: f"{m.group(1)} doesn't exist in our records. What was in it?",
+        lambda m: f"No {m.group(1)} on file. Could you tell me what the order had?",
+    ),
+}
