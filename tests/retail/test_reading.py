@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from trace_gym.targets.retail.reading import asked_slots, assent_request, confirmation_request, reports
+from trace_gym.targets.retail.reading import (
+    asked_slots,
+    assent_request,
+    confirmation_request,
+    is_request,
+    reports,
+)
 
 
 # ---- requests phrased as a need or an offer, and a "which" pointing back at the choices -----------------------
@@ -313,3 +319,13 @@ def test_a_yes_no_question_about_the_proposal_asks_for_assent(text: str):
 )
 def test_questions_that_ask_for_something_else_ask_no_assent(text: str):
     assert not assent_request(text), text
+
+
+# ---- round eleven, which became a fixing round: softened imperatives, "addr", "not in the system" ------------
+def test_softened_imperatives_abbreviations_and_the_system_are_read():
+    assert assent_request("Simply give me a yes and it's done.")
+    assert is_request("So tell me the reason.") and not is_request("So that is the reason.")
+    assert asked_slots("what's the new addr?") == {"address"}
+    assert reports("Order #W1234567 isn't in the database.", "not_found")
+    assert reports("That order is not in the system.", "not_found")
+    assert not reports("Order #W1234567 is in the system.", "not_found")

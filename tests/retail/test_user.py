@@ -101,3 +101,20 @@ def test_a_yes_no_question_about_a_stated_proposal_gets_its_answer(env):
     env.step(say("Ready for me to do it?"))  # points back at the plan said just before
     assert last_user(env) == "Yes, please go ahead."
     assert [o for _, o in env.episode.user.confirmations] == [goal]
+
+
+def test_a_proposal_by_its_outcome_in_full_gets_its_yes_and_a_negated_or_other_one_none(env):
+    """Round eleven: "Order #W... would then go to <the new address>. Sound right?" proposes the change by its
+    outcome; negated, or beside another action, it proposes nothing."""
+    find_seed(env, lambda t: len(t.requests) == 1 and t.requests[0].kind == "modify_address", difficulty=1)
+    request = env.task.requests[0]
+    args = request.writes[0].args
+    address = f"{args['address1']}, {args['city']}, {args['state']} {args['zip']}, {args['country']}"
+    oid = request.order_id
+    play(env, [a for a in env.oracle_actions() if "Do you confirm" not in (a.get("content") or "")][:-3])
+    env.step(say(f"Order {oid} won't go to {address}. Sound right?"))
+    assert "go ahead" not in last_user(env)
+    env.step(say(f"I'll cancel order {oid} and it would go to {address}. Sound right?"))
+    assert "go ahead" not in last_user(env)
+    env.step(say(f"Order {oid} would then go to {address}. Are you happy with that?"))  # no fixed phrase
+    assert last_user(env) == "Yes, please go ahead."

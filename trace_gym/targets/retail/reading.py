@@ -38,7 +38,8 @@ NEGATOR = re.compile(
 # What makes a sentence a request (it asks the reader to say or do something).
 REQUEST = re.compile(
     r"\?|^\W*(?:shall|should|may|can|could|would|will|do|does|did) (?:i|we|you)\b"
-    r"|^\W*(?:(?:please|pls|plz)\s+)?(?:tell|give|send|share|provide|confirm|type|enter|list|say|"
+    # an imperative, maybe after a softener ("please", "just", "so", "now")
+    r"|^\W*(?:(?:please|pls|plz|just|simply|now|so|then|ok(?:ay)?|and)\s+)*(?:tell|give|send|share|provide|confirm|type|enter|list|say|"
     r"specify|name|write|spell|verify|choose|pick|select|describe|explain|reply|respond|answer)\b"
     r"|\b(?:please|pls|plz|kindly)\b(?! (?:note|be aware|bear|hold|wait|allow|stand by|rest assured))"
     r"|\b(?:could|can|would|will) you\b|\bmay i (?:have|ask|get|know|see)\b"
@@ -70,7 +71,7 @@ SLOTS: dict[str, re.Pattern[str]] = {
         r"|\bmotivat\w*|\bwhat (?:led|brought) you\b|\bhow come\b|\bcauses?\b"
         r"|\bno longer (?:need|want)\w*|\bby (?:mistake|accident)\b|\bmistaken(?:ly)?\b"  # the reasons offered
         r"|\bwhat\b[^?.!]{0,20}\b(?:prompt|caus|led|brought|made|motivat|trigger)\w*",
-        "address": r"\b(?:new |shipping |delivery |postal |street |mailing )?address(?:es)?\b"
+        "address": r"\b(?:new |shipping |delivery |postal |street |mailing )?(?:address(?:es)?|addr)\b"
         r"|\b(?:ship|send|deliver|mail)(?:ed|ing)? (?:it |them |the order |your order |the package |the items )?to\b"
         r"|\bwhere\b[^?.!]{0,40}\b(?:ship|sen[dt]|deliver|go|arriv|mov|liv|relocat|head|mail|forward)\w*"
         r"|\bmoved\b|\bnew (?:location|place|home|residence|destination)\b|\bdestination\b|\bwhere to\b"
@@ -111,8 +112,8 @@ MORE = re.compile(
 _NT = r"(?:n[o'’]?t|[’']t|not)"
 OBSTACLES: dict[str, re.Pattern[str]] = {
     "not_found": re.compile(
-        r"\bnot (?:be )?(?:found|locate|find|exist|match|in our (?:system|records))"
-        rf"|\b(?:could|can|was|were|did|does|do|is|are){_NT} (?:be )?(?:find|found|locate|located|match|matched|look up|retrieve|exist|show up|turn up|appear|come up|in our)"
+        r"\bnot (?:be )?(?:found|locate|find|exist|match|in (?:our|the) (?:system|records|database))"
+        rf"|\b(?:could|can|was|were|did|does|do|is|are){_NT} (?:be )?(?:find|found|locate|located|match|matched|look up|retrieve|exist|show up|turn up|appear|come up|in our|in the (?:system|records|database))"
         r"|\b(?:couldn'?t|can'?t|cannot|unable to|failed to|didn'?t) (?:find|locate|match|look up|retrieve|see)"
         r"|\bno (?:account|user|order|match|record|result|trace|such order)s?\b|\bnothing (?:under|with|for|comes up|turned up|matches)"
         r"|\bnot (?:recogni[sz]ed|on (?:file|record))\b|\b(?:unknown|invalid|doesn'?t exist|does not exist)\b"

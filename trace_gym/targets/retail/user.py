@@ -31,6 +31,7 @@ from trace_gym.targets.retail.reading import (
     ALTERNATIVES,
     MAX_MESSAGE_CHARS,
     MORE,
+    NEGATOR,
     affirmed,
     asked_slots,
     assent_request,
@@ -192,8 +193,14 @@ class RetailUser(UserRecords):
         if not ANY_ORDER_ID.search(message) and len(self.heard) - 2 >= self.starts[-1]:
             context = self.heard[-2][1] + "\n" + message
         # Any other request for a yes ("Are you good with that?", "I just need your OK") asks for one when
-        # there is an action to say yes to: the reader asks which decision is wanted, not which words.
-        proposal = proposal or (assent_request(message) and proposes(context))
+        # there is an action to say yes to (its verb, or its outcome in full on an order of this request): the
+        # reader asks which decision is wanted, not which words.
+        if not proposal and assent_request(message):
+            named = {_order_id(m) for m in ANY_ORDER_ID.findall(context)}
+            complete = (
+                bool(named) and named <= request.goal_orders and not self._missing(request, named, context)
+            )
+            proposal = proposes(context) or complete
         if not proposal:
             context = message
         ids = {_order_id(m) for m in ANY_ORDER_ID.findall(context)} if proposal else set()
@@ -312,10 +319,7 @@ class RetailUser(UserRecords):
 
     def _missing_details(self, request: Request, write: Write, message: str) -> list[str]:
         text, args, state = message.lower(), write.args, self.task.initial_state
-        missing = []
-        # "I will not cancel order ..." proposes no cancellation, whatever else the message says
-        if not affirmed(VERBS[write.tool], message) or _negated_action(write.args["order_id"], message):
-            missing.append("what you will do with the order")
+        missing: list[str] = []
         money = [need for need in request.needs if need.kind == "money"]
         named_amount = not money or any(  # stated, not one of a list of candidates
             abs(v - float(money[0].value)) < 0.005 for v in stated_amounts(message, money[0])
@@ -346,6 +350,20 @@ class RetailUser(UserRecords):
                 missing.append("the amount")
             if not self._method_named(write, text):
                 missing.append("the payment method")
+        # The action: its verb, or (but for a cancellation, whose outcome is the verb) its outcome stated in
+        # full, no other action named, and nothing in the order's sentences negated ("Order #W... would then go
+        # to 12 Oak St"; "we take back items ...; $X goes to ..."). "I will not cancel order ..." proposes
+        # nothing, whatever else it says.
+        oid = args["order_id"]
+        other = any(affirmed(VERBS[tool], message) for tool in VERBS if tool != write.tool)  # another action
+        outcome = (
+            not missing
+            and not other
+            and write.tool != "cancel_pending_order"
+            and not _negated_order(oid, message)
+        )
+        if not (affirmed(VERBS[write.tool], message) or outcome) or _negated_action(oid, message):
+            missing.insert(0, "what you will do with the order")
         return missing
 
     def _method_named(self, write: Write, text: str) -> bool:
@@ -376,6 +394,12 @@ ACTION_WORDS = re.compile(
 def proposes(text: str) -> bool:
     """The text states an action of some write without negating it ("I'll cancel order ...")."""
     return any(affirmed(verb, text) for verb in VERBS.values())
+
+
+def _negated_order(order_id: str, message: str) -> bool:
+    """Some sentence that names the order negates anything ("Order #W... won't go to ...")."""
+    bare = order_id.lstrip("#")
+    return any(bare in s and NEGATOR.search(s) for s in sentences(message))
 
 
 def _negated_action(order_id: str, message: str) -> bool:
