@@ -23,6 +23,7 @@ from tests.retail.wordings import (
     FRESH_9,
     FRESH_10,
     FRESH_11,
+    FRESH_12,
     Family,
     Wording,
 )
@@ -41,6 +42,7 @@ ROUNDS = {
     "fresh_9": FRESH_9,
     "fresh_10": FRESH_10,
     "fresh_11": FRESH_11,
+    "fresh_12": FRESH_12,
 }
 HALVES = ("tune", "held_out", *ROUNDS)
 

@@ -1796,3 +1796,195 @@ FRESH_11: dict[str, tuple[Wording, ...]] = {
         lambda m: f"No {m.group(1)} on file. Could you tell me what the order had?",
     ),
 }
+
+
+# ---- round twelve (fresh, issue 52): written after round eleven, which fell short on confirmation and became a
+# fixing round; measured once, never used for fixing. Voices: a bank-style formal agent, a hurried agent, a
+# friendly agent who explains, a support bot with markdown; proposals with the money first or in a list.
+def _recap(m: re.Match[str]) -> str:
+    """The proposal as a short recap list: what, which order, the money."""
+    p, d = plan(m), plan(m).details
+    if p.kind == "cancel":
+        rows = [
+            f"cancel {p.order}",
+            f"reason: {d['reason']}",
+            f"refund: {d['amount']} to your original payment",
+        ]
+    elif p.kind == "address":
+        rows = [f"update the shipping address of {p.order}", f"new address: {d['address']}"]
+    elif p.kind in ("modify", "exchange"):
+        verb = "swap" if p.kind == "modify" else "exchange"
+        money = "charge" if d["direction"] == "charged to" else "refund"
+        rows = [f"{verb} on {p.order}: {p.swaps()}", f"{money} of {d['amount']} via {d['method']}"]
+    else:
+        rows = [f"return from {p.order}: items {d['items']}", f"refund of {d['amount']} to {d['method']}"]
+    return "\n".join(f"* {row}" for row in rows)
+
+
+FRESH_12: dict[str, tuple[Wording, ...]] = {
+    "email": (
+        lambda m: "Certainly. May I kindly have the email address registered to your account?",
+        lambda m: "ok - email?",
+        lambda m: "Happy to help you with that! What's the email address you shop with?",
+        lambda m: "**Step 1:** please send me the email on your account.",
+        lambda m: "I'll look you up by email. What is it?",
+        lambda m: "Which email is your account linked to?",
+        lambda m: "Could you provide your email so I can pull up your orders?",
+        lambda m: "Before we continue, I need the email address on file.",
+        lambda m: "Sure, can you share your account email first?",
+        lambda m: "What's your email address, please?",
+    ),
+    "name_zip": (
+        lambda m: (
+            "I regret that no account was found for that email. May I have your full name and postal code?"
+        ),
+        lambda m: "no luck w/ that one - name and zip pls",
+        lambda m: "Hmm, that email didn't work, but no problem! What's your full name and zip code?",
+        lambda m: "**Not found.** Please send your first name, last name and ZIP code.",
+        lambda m: (
+            "That email doesn't show an account. Let me try your name and zip code instead - what are they?"
+        ),
+        lambda m: "I can't find that email. Can you give me your name and zip?",
+        lambda m: "No account matches that email. What's the name and zip code on it?",
+        lambda m: "The email didn't come up. Please tell me your full name and postal code.",
+        lambda m: "Could you give me your first and last name plus zip code? That email isn't on file.",
+        lambda m: "That didn't match anything. Your name and ZIP, please?",
+    ),
+    "order_id": (
+        lambda m: "Certainly. May I have the number of the order you wish to cancel?",
+        lambda m: "order number?",
+        lambda m: "Sure thing! Which order should I cancel? The number starts with #W.",
+        lambda m: "**Order number**, please?",
+        lambda m: "Which order is it? I need the number.",
+        lambda m: "Could you share the order ID?",
+        lambda m: "What's the number of that order?",
+        lambda m: "Please tell me which order you'd like to cancel.",
+        lambda m: "Do you know the order number?",
+        lambda m: "Can you send the ID of the order?",
+    ),
+    "reason": (
+        lambda m: "Certainly. May I ask the reason for the cancellation?",
+        lambda m: "reason?",
+        lambda m: "Sure! Just so I can log it, why are you cancelling?",
+        lambda m: "**Reason for cancelling:** no longer needed, or ordered by mistake?",
+        lambda m: "Why do you want to cancel it?",
+        lambda m: "What's the reason for cancelling this one?",
+        lambda m: "Could you tell me why you no longer want the order?",
+        lambda m: "I'll need to note why. What's the reason?",
+        lambda m: "Is there a particular reason for the cancellation?",
+        lambda m: "Can you tell me the reason?",
+    ),
+    "address": (
+        lambda m: "Certainly. May I have the complete new shipping address?",
+        lambda m: "new address?",
+        lambda m: "Congrats on the move! Where should the order be delivered now?",
+        lambda m: "**New shipping address** (street, city, state, ZIP), please.",
+        lambda m: "What's the address you want it shipped to?",
+        lambda m: "Where would you like it sent?",
+        lambda m: "Could you give me the new delivery address?",
+        lambda m: "What address should the order go to now?",
+        lambda m: "Please send me the new address.",
+        lambda m: "Where are we shipping it now?",
+    ),
+    "payment": (
+        lambda m: _money_question(
+            m,
+            "Certainly. How would you prefer to pay the price difference?",
+            "Certainly. To which payment method would you like the refund issued?",
+        ),
+        lambda m: _money_question(m, "diff - how do u pay?", "refund - where to?"),
+        lambda m: _money_question(
+            m,
+            "Okay! The new item's price is a little different. How would you like to handle that?",
+            "Okay! You'll be getting money back for this. Where should it go?",
+        ),
+        lambda m: _money_question(
+            m,
+            "**Price difference:** which payment method should we use?",
+            "**Refund:** original payment method or gift card?",
+        ),
+        lambda m: _money_question(
+            m,
+            "What would you like me to charge or refund the difference to?",
+            "Where would you like the refund to be sent?",
+        ),
+        lambda m: _money_question(
+            m,
+            "Which of your payment options would you like for the difference?",
+            "Should the money go back to your original payment, or to a gift card?",
+        ),
+        lambda m: _money_question(
+            m,
+            "What do you want to pay the difference with?",
+            "What do you want the money refunded to?",
+        ),
+        lambda m: _money_question(
+            m,
+            "There's a price difference. Let me know what you'd like to use for it.",
+            "There's money coming back to you. Let me know where you'd like it.",
+        ),
+        lambda m: _money_question(
+            m,
+            "How should I take care of the difference?",
+            "How should I send the money back?",
+        ),
+        lambda m: _money_question(
+            m,
+            "And the difference in price - what should it go on?",
+            "And the refund - where would you like it?",
+        ),
+    ),
+    "confirmation": (
+        lambda m: f"I shall now {_short(m)}. May I have your consent to proceed?",
+        lambda m: f"{_short(m)} - ok?",
+        lambda m: f"Great, here's the plan: I'll {_short(m)}. Does that all sound good to you?",
+        lambda m: f"**Summary**\n{_recap(m)}\n\nShall I go ahead?",
+        lambda m: [f"Here's what will happen:\n{_recap(m)}", "Are you happy for me to do this?"],
+        lambda m: f"I'm going to {_short(m)}. Is that okay with you?",
+        lambda m: f"So I'll {_short(m)}. Want me to do that?",
+        lambda m: f"Let me {_short(m)}, if that's fine with you?",
+        lambda m: f"{_recap(m)}\nEverything look right?",
+        lambda m: f"I'd like to {_short(m)}. Do I have your okay?",
+    ),
+    "unavailable": (
+        lambda m: f"I regret to inform you that the {m.group(1)} is currently unavailable.",
+        lambda m: f"{m.group(1)}: out of stock",
+        lambda m: f"Oh no, the {m.group(1)} is sold out right now, sorry about that!",
+        lambda m: f"**Unavailable:** the {m.group(1)}.",
+        lambda m: f"The {m.group(1)} isn't in stock.",
+        lambda m: f"I'm afraid the {m.group(1)} can't be ordered at the moment.",
+        lambda m: f"We're out of the {m.group(1)}.",
+        lambda m: f"The {m.group(1)} is not available right now.",
+        lambda m: f"Sorry, no stock left of the {m.group(1)}.",
+        lambda m: f"Unfortunately, the {m.group(1)} is no longer available.",
+    ),
+    "balance": (
+        lambda m: (
+            f"I regret that your gift card balance of {m.group(2)} is insufficient for the price difference of "
+            f"{m.group(1)}."
+        ),
+        lambda m: f"gift card {m.group(2)} < diff {m.group(1)}, not enough",
+        lambda m: (
+            f"Oh, your gift card only has {m.group(2)} and the difference is {m.group(1)}, so that won't work."
+        ),
+        lambda m: f"**Gift card:** {m.group(2)} - not enough for the {m.group(1)} difference.",
+        lambda m: f"The gift card can't cover the {m.group(1)} difference - it has {m.group(2)}.",
+        lambda m: f"Your gift card balance ({m.group(2)}) is lower than the {m.group(1)} difference.",
+        lambda m: f"The {m.group(1)} difference exceeds the {m.group(2)} on your gift card.",
+        lambda m: f"There's just {m.group(2)} on your gift card, not enough for {m.group(1)}.",
+        lambda m: f"Your gift card doesn't have enough - {m.group(2)} against {m.group(1)}.",
+        lambda m: f"The gift card won't cover it: it holds {m.group(2)} and the difference is {m.group(1)}.",
+    ),
+    "not_found": (
+        lambda m: f"I regret that order {m.group(1)} could not be located. Could you describe its contents?",
+        lambda m: f"{m.group(1)} - not found. items?",
+        lambda m: f"Hmm, I couldn't find {m.group(1)}, but don't worry! What was in that order?",
+        lambda m: f"**Not found:** {m.group(1)}. What did the order contain?",
+        lambda m: f"There's no order {m.group(1)} on your account. What did you buy?",
+        lambda m: f"I can't locate {m.group(1)}. Do you remember what was in it?",
+        lambda m: f"Order {m.group(1)} doesn't exist. What else can you tell me about it?",
+        lambda m: f"No match for {m.group(1)}. Could you describe the order?",
+        lambda m: f"I'm not able to find {m.group(1)}. What items were in it?",
+        lambda m: f"{m.group(1)} didn't come up. What was in the order?",
+    ),
+}
