@@ -56,6 +56,7 @@ def cmd_evaluate(ns: argparse.Namespace) -> int:
     from trace_train.metrics import peak_rss_mb
     from trace_train.policies.remote_generation import RemoteGenerationError
     from trace_train.policy_factory import policy_from_args, release
+    from trace_train.roofline import format_account
 
     try:
         args = from_namespace(EvaluateArgs, ns)
@@ -91,6 +92,8 @@ def cmd_evaluate(ns: argparse.Namespace) -> int:
     print(result.line())
     print(f"trajectories written to {out}")
     print(f"peak RSS {peak_rss_mb():.0f} MB")
+    if result.roofline is not None:
+        print(format_account(result.roofline))
     if ns.json:
         print(json.dumps(result.summary()))
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from trace_train.config import EvalSettings
 from trace_train.episodes import run_episodes
 from trace_train.policies.base import Policy, SamplingConfig
 from trace_train.rollout import ResetSpec
+from trace_train.roofline import LEDGER, account
 from trace_train.stats import bootstrap_mean_interval, wilson_interval
 
 
@@ -31,6 +33,7 @@ class EvalResult:
     oracle_ceiling: dict[str, Any] | None = (
         None  # the caps' ceiling on train tasks (ceiling.py), when checked
     )
+    roofline: dict[str, Any] | None = None  # the episodes' account against this machine (roofline.py)
 
     def summary(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "trajectories"}
@@ -107,6 +110,7 @@ def evaluate(
         if progress is not None:
             progress(finished[0], len(specs), finished[1])
 
+    work0, t0 = LEDGER.snapshot(), time.perf_counter()
     try:
         fresh = run_episodes(
             policy,
@@ -121,6 +125,9 @@ def evaluate(
     finally:
         if writer is not None:
             writer.close()
+    work = LEDGER.since(work0)
+    ran_model = any(w.calls for w in work.values())
+    roofline = account(work, time.perf_counter() - t0) if ran_model else None
     by_seed = {**done, **{rec["seed"]: rec for rec in fresh}}
     records = [by_seed[spec.seed] for spec in specs]
     rewards = [r["reward"] for r in records]
@@ -136,6 +143,7 @@ def evaluate(
         reward_ci=bootstrap_mean_interval(rewards),
         trajectories=records,
         oracle_ceiling=ceiling.to_json() if ceiling is not None else None,
+        roofline=roofline,
     )
     if path is not None:  # the same records, in task order
         write_records(path, records)

@@ -37,6 +37,7 @@ from trace_train.metrics import peak_rss_mb
 from trace_train.policies.base import SamplingConfig
 from trace_train.policies.hf import HFPolicy, ensure_lora
 from trace_train.rollout import ResetSpec, Trajectory, collect
+from trace_train.roofline import LEDGER, account
 from trace_train.tool_text import assistant_text
 
 # What a resumed fit must share with its checkpoint: every setting that changes the data, its order or the
@@ -279,16 +280,20 @@ def run_sft(
     log = open(metrics_path, "a", encoding="utf-8")  # noqa: SIM115
     model.train()
     t0, cpu0 = time.perf_counter(), time.process_time()
+    work0 = LEDGER.snapshot()
     seconds_before, cpu_before = state["train_seconds"], state["train_cpu_seconds"]
     for epoch, indexes in plan[resumed_from:]:
         batch = [data[i] for i in indexes]
-        loss_value, seen, trained = backward_batch(model, policy, batch, args.micro_batch_tokens, args.engine)
-        if not math.isfinite(loss_value):
-            raise FloatingPointError(f"non-finite SFT loss at step {state['step']}")
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
+        with LEDGER.timed("train"):
+            loss_value, seen, trained = backward_batch(
+                model, policy, batch, args.micro_batch_tokens, args.engine
+            )
+            if not math.isfinite(loss_value):
+                raise FloatingPointError(f"non-finite SFT loss at step {state['step']}")
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
         state["step"] += 1
         state["losses"].append(loss_value)
         state["seen_tokens"] += seen
@@ -335,6 +340,8 @@ def run_sft(
         "peak_rss_mb": peak_rss_mb(),
         "adapter": str(out / "adapter"),
         "settings": config,  # what a --resume of a finished fit compares
+        # this process's part of the fit (a resumed fit's earlier steps are not in it)
+        "roofline": account(LEDGER.since(work0), time.perf_counter() - t0),
     }
     if args.merge:
         merged = model.merge_and_unload()

@@ -255,3 +255,27 @@ def test_how_often_a_stage_saves_is_not_an_input_but_a_removed_setting_is(tmp_pa
     assert run(tmp_path, calls, adapters={"save_every": 5}) == ["skipped", "skipped", "skipped"]
     as_if_recorded_by_older_code(tmp_path, "02-second", lambda section: section.update(retired_knob=3))
     assert run(tmp_path, calls, adapters={"save_every": 5}) == ["skipped", "ran", "skipped"]
+
+
+def test_a_stage_that_runs_a_model_records_its_roofline_account(tmp_path):
+    """stage.json holds the account of the model work the stage did (and nothing for a stage that ran none)."""
+    from tests.train.test_engine import GREEDY, _policy, _run
+
+    def generate(ctx):
+        _run(_policy(), "cached", [1, 2], GREEDY)
+        return {}
+
+    stages = [
+        Stage("generate", generate, sections=("rollouts",)),
+        Stage("files", lambda ctx: {}, sections=("report",)),
+    ]
+    pipe = Pipeline(
+        stages, config_from_dict({"out": str(tmp_path / "run")}), Reporter(io.StringIO(), tty=False)
+    )
+    pipe.run()
+    state = json.loads((tmp_path / "run" / "01-generate" / "stage.json").read_text())
+    acc = state["roofline"]
+    assert set(acc["phases"]) == {"prefill", "decode", "other"}
+    assert acc["phases"]["decode"]["tokens"] > 0 and 0 < acc["share_of_bound"] < 1
+    assert acc["wall_s"] == pytest.approx(state["wall_s"], abs=0.01)
+    assert json.loads((tmp_path / "run" / "02-files" / "stage.json").read_text())["roofline"] is None

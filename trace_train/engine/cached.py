@@ -35,6 +35,7 @@ from trace_train.engine.attention import packed_gqa
 from trace_train.engine.cache import RaggedCache, cache_argument
 from trace_train.engine.sampling import next_tokens
 from trace_train.policies.base import SamplingConfig
+from trace_train.roofline import LEDGER, record_blocks
 
 
 @dataclass
@@ -71,6 +72,7 @@ class ModelRunner:
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
+        self.calls = 0  # model calls so far (the roofline account reads the weights once per call)
         get_decoder = getattr(model, "get_decoder", None)
         get_head = getattr(model, "get_output_embeddings", None)
         self.decoder = get_decoder() if callable(get_decoder) else None
@@ -83,6 +85,7 @@ class ModelRunner:
     ) -> torch.Tensor | None:
         """Run ``ids`` ``[B, W]``; return the logits ``[B, V]`` at column ``pick[b]`` of each row (None: none)."""
         called = self.decoder if self.decoder is not None else self.model
+        self.calls += 1
         kw = {"attention_mask": attention_mask, "position_ids": position_ids, "use_cache": True}
         kw[cache_argument(called)] = cache.cache
         if cache.prefix is not None:
@@ -185,7 +188,9 @@ class CachedEngine:
                 runner, cache, [prefix[keep:]], self.pad_id, self.prefill_chunk_tokens, want_logits=False
             )
             self.stats.prefill_tokens += len(prefix) - keep
-            self.stats.prefill_seconds += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            self.stats.prefill_seconds += dt
+            LEDGER.add_seconds("prefill", dt)
         kv = [(layer.keys[:, :, : layer.used], layer.values[:, :, : layer.used]) for layer in cache.layers]
         if len(prefix) >= len(self._prefix_ids) or keep < len(self._prefix_ids):
             self._prefix_ids, self._prefix_kv, self._prefix_key = list(prefix), kv, key
@@ -220,10 +225,19 @@ def _prefill(
         ids[r, : len(d)] = torch.tensor(d, dtype=torch.long)
         real[r, : len(d)] = True
     start = cache.positions()
+    calls = runner.calls
     if rows > 1 and 1.0 - sum(lengths) / (rows * width) > max_padding:
         logits = _prefill_rows(runner, cache, ids, real, lengths, start, chunk_tokens, want_logits, device)
     else:
         logits = _prefill_padded(runner, cache, ids, real, lengths, start, chunk_tokens, want_logits, device)
+    record_blocks(
+        "prefill",
+        runner.model,
+        list(zip(lengths, start.tolist(), strict=True)),
+        logits=rows if want_logits else 0,
+        calls=runner.calls - calls,
+        shared_context=len(cache.prefix_ids) if cache.prefix is not None else 0,
+    )
     for r, d in enumerate(deltas):
         cache.ids[r] += d
     return logits
@@ -354,10 +368,14 @@ class Session:
             logits = logits[torch.tensor(source, device=logits.device)]
             self.row_of = {conv: r for r, conv in enumerate(active)}
             st.prompts_deduplicated += len(source) - len(prompts)
-        st.prefill_seconds += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        st.prefill_seconds += dt
+        LEDGER.add_seconds("prefill", dt)
         t0 = time.perf_counter()
         out = self._decode(logits)
-        st.decode_seconds += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        st.decode_seconds += dt
+        LEDGER.add_seconds("decode", dt)
         return out
 
     def _start(self, prompts: list[list[int]], active: list[int], share_prefix: bool) -> None:
@@ -452,6 +470,14 @@ class Session:
                     ids[:, None].to(device), mask[:live].to(device), pos.to(device), cache, zero
                 )
                 self.decode_rows.append(order[:live])
+                record_blocks(
+                    "decode",
+                    self.runner.model,
+                    [(1, int(pos[p])) for p in range(live) if feed[p]],
+                    logits=live,
+                    calls=1,
+                    shared_context=len(cache.prefix_ids) if cache.prefix is not None else 0,
+                )
                 for p in range(live):
                     if feed[p]:
                         cache.ids[p].append(out[order[p]][-1])

@@ -34,6 +34,7 @@ from trace_train.engine.cache import cache_argument
 from trace_train.engine.cached import common_prefix_length
 from trace_train.engine.sampling import target_logprobs
 from trace_train.policies.base import SamplingConfig
+from trace_train.roofline import record_training
 
 
 def _sampling(sampling: SamplingConfig | None, temperature: float | None) -> SamplingConfig:
@@ -93,6 +94,7 @@ def _padded_logprobs(model, ids, attn, pmask, sampling: SamplingConfig):
     first = int(has[0]) if len(has) else tmask.shape[1] - 1
     keep = tmask.shape[1] - first  # positions first..T-2 of the logits predict targets first..T-1
     out = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep + 1, use_cache=False)
+    record_training(model, [(int(n), 0) for n in attn.sum(1).tolist()], ids.shape[0] * (keep + 1))
     logits = out.logits[:, :-1]  # drop the prediction after the last token
     tgt = targets[:, first:]
     b, k, v = logits.shape
@@ -195,6 +197,7 @@ def _prefix_forward(
             use_cache=True,
             **{cache_argument(decoder): cache},
         )
+    record_training(decoder, [(len(tokens), start)], 0)
     return cache.layer_kv()
 
 
@@ -416,6 +419,7 @@ def shared_prefix_logprobs(
             ).last_hidden_state
         if shared_kv is not None:
             shared_kv.check()
+    record_training(decoder, [(len(r), shared) for r in rests], 0)
     # gather the hidden states that predict policy tokens: token t of sequence i is predicted at t - 1
     row_idx, col_idx, seq_idx, tgt_pos, tgt_ids = [], [], [], [], []
     for i, (s, m) in enumerate(zip(seqs, masks, strict=True)):
@@ -432,6 +436,7 @@ def shared_prefix_logprobs(
     tmask = torch.zeros((len(seqs), k), dtype=torch.float32, device=device)
     if row_idx:
         picked = hidden[torch.tensor(row_idx, device=device), torch.tensor(col_idx, device=device)]
+        record_training(model, [], len(row_idx))
         lp = target_logprobs(head(picked), torch.tensor(tgt_ids, device=device), sampling)
         si = torch.tensor(seq_idx, device=device)
         ci = torch.tensor(tgt_pos, device=device) - 1 - first

@@ -50,6 +50,7 @@ from trace_train.metrics import MetricsLogger
 from trace_train.policies.base import SamplingConfig
 from trace_train.policies.hf import HFPolicy, ensure_lora
 from trace_train.rollout import ResetSpec, RolloutStats, Trajectory, collect
+from trace_train.roofline import LEDGER, account, account_metrics
 
 
 class NonFiniteError(FloatingPointError):
@@ -585,6 +586,7 @@ class GRPOTrainer:
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
         seconds = time.perf_counter() - t0
+        LEDGER.add_seconds("train", seconds)
         tokens_seen = max(trained_tokens, 1)
         out = {
             # means over the minibatches actually run / the updates actually applied (not the planned count)
@@ -664,8 +666,10 @@ class GRPOTrainer:
             total_steps=a.steps if a.progress else 0,
         )
         last: dict[str, Any] = {}
+        run_work, run_t0 = LEDGER.snapshot(), time.perf_counter()
         try:
             while self.state["step"] < a.steps and self._groups_that_fit()[0] > 0:
+                step_work, step_t0 = LEDGER.snapshot(), time.perf_counter()
                 stats = RolloutStats()
                 trajs, metrics = self.collect_groups(stats)
                 metrics.update(self.optimise(trajs))
@@ -677,6 +681,9 @@ class GRPOTrainer:
                 metrics["env_seconds"] = stats.env_seconds
                 metrics["peak_memory_mb"] = _peak_memory_mb()
                 metrics["skipped_updates"] = self.state["skipped_steps"]
+                metrics.update(
+                    account_metrics(account(LEDGER.since(step_work), time.perf_counter() - step_t0))
+                )
                 metrics = self._reduce(metrics)
                 logger.log(self.state["step"], metrics)
                 last = metrics
@@ -688,7 +695,8 @@ class GRPOTrainer:
         if self.acc.is_main_process:
             self.policy.model.save_pretrained(self.out / "adapter")
         self.acc.wait_for_everyone()
-        return {"step": self.state["step"], **last}
+        roofline = account(LEDGER.since(run_work), time.perf_counter() - run_t0)
+        return {"step": self.state["step"], **last, "roofline": roofline}
 
     def _reduce(self, metrics: dict[str, float]) -> dict[str, float]:
         if self.world == 1:

@@ -34,6 +34,7 @@ from typing import Any
 from trace_train.metrics import peak_rss_mb, release_memory, reset_peak_rss
 from trace_train.pipeline.config import RunConfig
 from trace_train.pipeline.progress import Reporter
+from trace_train.roofline import LEDGER, account
 
 STATE_FILE, CONFIG_FILE = "stage.json", "config.json"
 # Settings that change how often a stage saves or how it reports, never its result: changing one alone keeps a
@@ -282,6 +283,7 @@ class Pipeline:
         )
         # stages share one process: without a reset, a stage's peak would be the largest of all before it
         own_peak = reset_peak_rss()
+        work_before = LEDGER.snapshot()
         try:
             result = stage.run(ctx)
         except KeyboardInterrupt:
@@ -306,7 +308,10 @@ class Pipeline:
                 },
             )
             raise StageError(f"stage {stage.name} failed: {type(err).__name__}: {err}") from err
-        wall = previous_wall + time.time() - started
+        this_part = time.time() - started  # a resumed stage's earlier part ran in another process
+        wall = previous_wall + this_part
+        work = LEDGER.since(work_before)
+        roofline = account(work, this_part) if any(w.calls for w in work.values()) else None
         peak = peak_rss_mb()
         rss_after = release_memory()  # the next stage starts without this one's freed heap
         output_hash = hash_outputs(directory, result)
@@ -319,6 +324,7 @@ class Pipeline:
             "peak_rss_mb": round(peak, 1),
             "peak_rss_scope": "stage" if own_peak else "process so far",
             "rss_after_release_mb": round(rss_after, 1),
+            "roofline": roofline,
             "finished": time.time(),
             "result": result,
         }

@@ -569,12 +569,14 @@ def timing_section(ctx: StageContext) -> Section:
         [
             name,
             fmt(st.get("wall_s"), 1),
+            fmt((st.get("roofline") or {}).get("bound_s"), 1),
+            fmt((st.get("roofline") or {}).get("share_of_bound")),
             fmt(st.get("peak_rss_mb"), 0),
             (ctx.upstream[name].get("summary") or "")[:120],
         ]
         for name, st in states.items()
     ]
-    s.tables.append((["stage", "wall s", "peak RSS MB", "result"], rows))
+    s.tables.append((["stage", "wall s", "bound s", "share of bound", "peak RSS MB", "result"], rows))
     total = sum(float(st.get("wall_s") or 0) for st in states.values())
     scopes = {st.get("peak_rss_scope", "process so far") for st in states.values()}
     peak = (
@@ -584,7 +586,32 @@ def timing_section(ctx: StageContext) -> Section:
         "older version), the process's maximum up to the end of the stage, which may belong to an earlier stage."
     )
     s.after.append(f"Total wall time of the stages above: {total:.0f} s ({total / 60:.1f} min). {peak}")
+    s.after += roofline_paragraphs(states)
     return s
+
+
+def roofline_paragraphs(states: dict[str, dict[str, Any]]) -> list[str]:
+    """Each stage's phases against this machine's measured limit (trace_train/roofline.py), as text: the
+    report's tables are one per section, and this one belongs under the stage table."""
+    accounts = {name: st["roofline"] for name, st in states.items() if st.get("roofline")}
+    if not accounts:
+        return []
+    peak = next(iter(accounts.values()))["peak"]
+    out = [
+        f"**Roofline.** Bound s is the least time the stage's model work needs on this machine: per phase, its "
+        f"FLOPs at the measured {peak['gflop_per_s']} GFLOP/s ({peak['dtype']}, {peak['threads']} threads) or "
+        f"its bytes at the measured {peak['gb_per_s']} GB/s, whichever is longer; share of bound is bound s over "
+        "wall s (1.0 = at the machine's limit). Time outside the model (env steps, tokenising, Python between "
+        "turns) has bound 0. Per phase (seconds, share of bound, what limits it):"
+    ]
+    for name, acc in accounts.items():
+        parts = [
+            f"{phase} {row['seconds']:.0f} s"
+            + (f" at {row['share_of_bound']:.2f} ({row['limited_by']})" if row.get("share_of_bound") else "")
+            for phase, row in acc["phases"].items()
+        ]
+        out.append(f"`{name}`: " + "; ".join(parts) + ".")
+    return out
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
