@@ -18,6 +18,7 @@ class Calls:
         self.log: list[tuple[str, bool]] = []
         self.interrupt_at: str | None = None
         self.fail_at: str | None = None
+        self.server_down_at: str | None = None
 
 
 def make_stages(calls: Calls) -> list[Stage]:
@@ -38,6 +39,13 @@ def make_stages(calls: Calls) -> list[Stage]:
         if calls.fail_at == "second":
             calls.fail_at = None
             raise RuntimeError("boom")
+        if calls.server_down_at == "second":
+            from trace_train.policies.remote_generation import RemoteGenerationError
+
+            calls.server_down_at = None
+            raise RemoteGenerationError(
+                "generation ... on the generation server at http://h:1/v1 failed: refused"
+            )
         upstream = (ctx.upstream_dirs["first"] / "out.txt").read_text()
         (ctx.dir / "out.txt").write_text(upstream + f"|steps={ctx.config.adapters.steps}")
         return {"from": ctx.upstream["first"]["n"]}
@@ -99,6 +107,19 @@ def test_interrupted_stage_resumes_and_failed_stage_reruns(tmp_path):
     assert json.loads((tmp_path / "run" / "02-second" / "stage.json").read_text())["status"] == "failed"
     assert run(tmp_path, calls) == ["skipped", "ran", "ran"]
     assert calls.log[0] == ("second", False)  # a failed stage starts over in an emptied folder
+
+
+def test_a_stage_stopped_by_the_generation_server_resumes_with_its_work_kept(tmp_path):
+    """Issue 51: a server that went down is an interruption, not a failure of the stage: its folder (finished
+    episodes, checkpoints) is kept and the next run resumes it."""
+    calls = Calls()
+    calls.server_down_at = "second"
+    with pytest.raises(StageError, match="generation server at http://h:1/v1 failed"):
+        run(tmp_path, calls)
+    state = json.loads((tmp_path / "run" / "02-second" / "stage.json").read_text())
+    assert state["status"] == "running" and "RemoteGenerationError" in state["error"]
+    assert run(tmp_path, calls) == ["skipped", "resumed", "ran"]  # `second` asserts its partial work is there
+    assert calls.log == [("second", True), ("third", False)]
 
 
 def test_a_killed_stage_keeps_its_wall_time(tmp_path):

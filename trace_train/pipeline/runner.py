@@ -8,8 +8,9 @@ exactly the stages that read from it, transitively.
 
 On ``run``, per stage in order:
 * ``done`` with the same input hash: skipped;
-* ``running`` (interrupted) with the same input hash: run again with ``resume=True`` in the same folder
-  (rollouts keep finished episodes, GRPO continues from its last checkpoint);
+* ``running`` (interrupted, or stopped by a generation server's failure) with the same input hash: run again
+  with ``resume=True`` in the same folder (rollouts keep finished episodes, GRPO continues from its last
+  checkpoint);
 * otherwise (new, changed inputs, failed, or forced with ``--from``): the folder is emptied and the stage runs.
 
 A different input hash over the same inputs counts as the same (:func:`same_inputs_as_recorded`): a recorded
@@ -298,15 +299,24 @@ class Pipeline:
             self.reporter.line(f"== {stage.name}: interrupted; `trace run` again resumes it")
             raise
         except Exception as err:
+            # a generation server that went down or failed is an interruption, not a bug: the stage keeps what
+            # it finished (episodes on disk, checkpoints) and `trace run` resumes it, as after Ctrl-C
+            outside = _server_fault(err)
             self._write_state(
                 directory,
                 {
-                    "status": "failed",
+                    "status": "running" if outside else "failed",
                     "input_hash": input_hash,
                     "error": f"{type(err).__name__}: {err}",
                     "traceback": traceback.format_exc(),
+                    "wall_s": previous_wall + time.time() - started,
                 },
             )
+            if outside:
+                self.reporter.line(
+                    f"== {stage.name}: the generation server failed; its finished work is kept and "
+                    "`trace run` again (the server back up) resumes it"
+                )
             raise StageError(f"stage {stage.name} failed: {type(err).__name__}: {err}") from err
         this_part = time.time() - started  # a resumed stage's earlier part ran in another process
         wall = previous_wall + this_part
@@ -376,6 +386,18 @@ def summary_lines(records: Sequence[StageRecord]) -> list[str]:
     total = sum(r.wall_s for r in records if r.action != "skipped")
     lines.append(f"{'total':<{width}}  {'':<8} {total:>8.1f}")
     return lines
+
+
+def _server_fault(err: BaseException) -> bool:
+    """Whether ``err`` (or what caused it) is a generation server's failure ([generation], docs/pipeline.md)."""
+    from trace_train.policies.remote_generation import RemoteGenerationError
+
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, RemoteGenerationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def print_exception(err: BaseException) -> None:
