@@ -174,9 +174,11 @@ def rollout(args: RolloutArgs, progress: Callable[[int, int], None] | None = Non
             max_new_tokens=args.max_new_tokens,
             seed=args.sampling_seed,
         )
+        # group: the task's index in the whole run, so a resumed run writes the records an uninterrupted one does
         specs = [
             ResetSpec(seed=s, group=i, split=args.split, difficulty=args.difficulty)
-            for i, s in enumerate(todo)
+            for i, s in enumerate(seeds)
+            if s not in done
         ]
 
         with RecordWriter(path) as writer:

@@ -169,6 +169,8 @@ def test_resume_after_killing_a_running_rollout(tmp_path: Path) -> None:
     records = read_records(path)
     seeds = [r["seed"] for r in records]
     assert sorted(seeds) == list(range(12)) and len(set(seeds)) == 12  # no seed duplicated or lost
+    # each record's group is its task's index in the whole run, resumed or not: the uninterrupted run's records
+    assert all(r["group"] == r["seed"] for r in records)
     assert path.read_bytes().startswith(kept_bytes)  # finished lines kept as written
     assert all(r["model"] == "stand-in" and r["turns"] == 2 and r["truncated"] for r in records)
     assert all(isinstance(r["requirements"], dict) for r in records)  # the env labels a cut episode too

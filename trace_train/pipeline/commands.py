@@ -77,7 +77,11 @@ def run_pipeline(config_path: Path, ns: argparse.Namespace) -> int:
     except (ValueError, StageError) as err:
         print(f"error: {err}", file=sys.stderr)
         cause = err.__cause__
-        if cause is not None and not isinstance(cause, ValueError | FileNotFoundError | ImportError):
+        from trace_train.policies.remote_generation import RemoteGenerationError
+
+        # a generation server's failure is said in that one line (no traceback): not a bug to debug here
+        expected = (ValueError, FileNotFoundError, ImportError, RemoteGenerationError)
+        if cause is not None and not isinstance(cause, expected):
             import traceback
 
             traceback.print_exception(cause, file=sys.stderr)
