@@ -249,7 +249,9 @@ def test_a_record_the_prefix_read_is_no_milestone_to_read_again():
 
 
 def test_a_refusal_without_its_read_fails_and_earns_no_milestones():
-    """The precondition env, refusal_without_read's episodes: reward 0, no milestone, the capability LACKING."""
+    """The precondition env, refusal_without_read's episodes: reward 0, no milestone, a capability LACKING
+    (labels agree with the verdict: the user did not play along with the guess, so the continuation acts on
+    a fallback it never heard)."""
     from trace_gym.core.validation import RefusalWithoutRead, ValidationConfig, play_probe
 
     env, other = make("precondition-checking"), make("precondition-checking")
@@ -269,5 +271,5 @@ def test_a_refusal_without_its_read_fails_and_earns_no_milestones():
             continue
         played += 1
         assert reward == 0.0 and last["info"]["reward_components"][SHAPED_KEY] == 0.0
-        assert last["info"]["requirements"]["precondition-checking"] == "LACKING"
+        assert "LACKING" in last["info"]["requirements"].values()
     assert played >= 2

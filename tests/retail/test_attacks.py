@@ -214,14 +214,24 @@ def _read_moved(actions: list[dict[str, Any]], tool: str, key: str, after: int) 
     return [{"content": "", "tool_calls": moved} if a == "MOVED" else a for a in out]
 
 
-def test_an_unavailable_variant_reported_before_the_product_read_scores_zero(env):
-    """The refusal of the first choice is a guess until the product was read; read afterwards, the rest of the
-    episode as the oracle's, it still fails (informed), and precondition-checking is what it lacks."""
+def test_an_unavailable_variant_reported_before_the_product_read_scores_zero(env, monkeypatch):
+    """The refusal of the first choice is a guess until the product was read. The scripted user does not play
+    along (no fallback before the read: the episode fails); a user who does (an LLM may) hears the guess, and
+    the verdict still fails it (informed), with precondition-checking what it lacks."""
+    from trace_gym.targets.retail import user
+
     find_seed(env, _obstacle("unavailable"))
     actions = env.oracle_actions()
     product = env.task.requests[0].reads[1][1]
+    fallback = next(f for f in env.task.requests[0].facts if f.name == "fallback")
     report = next(i for i, a in enumerate(actions) if "is not available" in (a.get("content") or ""))
-    reward, info, _ = play(env, _read_moved(actions, "get_product_details", product, report))
+    guessed = _read_moved(actions, "get_product_details", product, report)
+    reward, info, _ = play(env, guessed)
+    said = [m["content"] for m in env.messages if m["role"] == "user"]
+    assert reward == 0.0 and fallback.value not in said and "LACKING" in info["requirements"].values()
+    monkeypatch.setattr(user, "refusal_shown", lambda *args: True)  # a user that plays along
+    find_seed(env, _obstacle("unavailable"))
+    reward, info, _ = play(env, guessed)
     assert reward == 0.0 and info["reward_components"]["informed"] == 0.0
     assert info["requirements"]["precondition-checking"] == "LACKING"
     assert "before the read that shows it" in env.first_failure()["evidence"]
@@ -229,7 +239,10 @@ def test_an_unavailable_variant_reported_before_the_product_read_scores_zero(env
     assert play(env, env.oracle_actions())[0] == 1.0  # the oracle reads first
 
 
-def test_a_short_gift_card_reported_before_the_balance_was_read_scores_zero(env):
+def test_a_short_gift_card_reported_before_the_balance_was_read_scores_zero(env, monkeypatch):
+    from trace_gym.targets.retail import user
+
+    monkeypatch.setattr(user, "refusal_shown", lambda *args: True)  # the verdict's own check
     find_seed(env, _obstacle("gift_card"))
     actions = env.oracle_actions()
     report = next(i for i, a in enumerate(actions) if "is not enough" in (a.get("content") or ""))
@@ -245,7 +258,7 @@ def test_the_refusal_without_read_probe_scores_zero_and_passes_the_planted_hole(
     import gymnasium as gym
 
     from trace_gym.core.validation import RefusalWithoutRead, ValidationConfig, play_probe
-    from trace_gym.targets.retail import diagnosis, verifier
+    from trace_gym.targets.retail import diagnosis, user, verifier
 
     env, other = gym.make("trace/retail-v2").unwrapped, gym.make("trace/retail-v2").unwrapped
     config = ValidationConfig()
@@ -255,6 +268,6 @@ def test_the_refusal_without_read_probe_scores_zero_and_passes_the_planted_hole(
         return [reward for reward, probe in played if probe is not None and probe.applies]
 
     assert len(rewards()) >= 5 and set(rewards()) == {0.0}
-    monkeypatch.setattr(diagnosis, "refusal_shown", lambda *args: True)
-    monkeypatch.setattr(verifier, "refusal_shown", lambda *args: True)
+    for module in (diagnosis, verifier, user):  # the user too: it reacts to a report only after the read
+        monkeypatch.setattr(module, "refusal_shown", lambda *args: True)
     assert 1.0 in rewards()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from tests.retail.conftest import find_seed, play
 from trace_gym.targets.retail.tasks import say
 from trace_gym.worlds import STOP
@@ -76,9 +78,14 @@ def test_raises_the_next_request_when_one_is_done(env):
     assert env.episode.user.current == 1
 
 
-def test_reveals_a_fallback_when_told_a_variant_is_unavailable(env):
+def test_reveals_a_fallback_when_told_a_variant_is_unavailable_after_the_product_was_read(env):
+    """Issue 52: before the product was read, "out of stock" is a guess and the user does not play along."""
     find_seed(env, lambda t: len(t.requests) == 1 and t.requests[0].obstacle == "unavailable")
     fallback = next(f for f in env.task.requests[0].facts if f.name == "fallback")
+    env.step(say("Unfortunately that variant is out of stock."))
+    assert last_user(env) != fallback.value and "fallback" not in env.episode.user.told
+    read = next(a for a in env.oracle_actions() if "get_product_details" in json.dumps(a))
+    play(env, env.oracle_actions()[: env.oracle_actions().index(read) + 1])
     env.step(say("Unfortunately that variant is out of stock."))
     assert last_user(env) == fallback.value
     assert "fallback" in env.episode.user.told

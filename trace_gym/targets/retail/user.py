@@ -27,6 +27,7 @@ from typing import Any
 
 from trace_gym.core.env import CallRecord
 from trace_gym.targets.retail.facts import stated, stated_amounts, told
+from trace_gym.targets.retail.obstacles import ORDER_ID, refusal_shown
 from trace_gym.targets.retail.reading import (
     ALTERNATIVES,
     MAX_MESSAGE_CHARS,
@@ -44,7 +45,6 @@ from trace_gym.targets.retail.tasks import Request, Task, UserFact, Write
 from trace_gym.worlds import STOP, State, UserReply, UserSimulator
 from trace_gym.worlds.user import CONFIRMATION_QUESTION
 
-ORDER_ID = re.compile(r"#W\d{7}\b")
 ANY_ORDER_ID = re.compile(r"#?\bW\d{7}\b", re.IGNORECASE)
 # Which slots a fact answers; obstacle facts are revealed when their obstacle is reported (see _obstacle_shown).
 FACT_SLOTS: dict[str, tuple[str, ...]] = {
@@ -288,13 +288,12 @@ class RetailUser(UserRecords):
         )
 
     def _obstacle_shown(self, request: Request, obstacle: str, message: str) -> bool:
-        """The message reports the obstacle, and it happened (a not-found needs the failed lookup)."""
+        """The message reports the obstacle, and the agent has seen it: the read that shows it was made (the
+        product, the user's gift card balance, the failed lookup of a wrong order id). A report before it is a
+        guess, and the user does not play along (nor read "more than happy to help" as a balance)."""
         if not reports(message, obstacle):
             return False
-        if obstacle == "not_found":
-            wrong = ORDER_ID.findall(request.intro)
-            return bool(wrong) and self._failed("get_order_details", order_id=wrong[0])
-        return True
+        return request.obstacle is not None and refusal_shown(self.task, self.calls(), request, self.clock())
 
     def _tools(self, request: Request, order_id: str) -> list[str]:
         tools = [w.tool for w in request.writes if w.args["order_id"] == order_id]

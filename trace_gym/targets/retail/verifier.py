@@ -37,10 +37,9 @@ from trace_gym.targets.retail.diagnosis import (
     attempted,
     diagnose,
     normal_arguments,
-    refusal_reported,
-    refusal_shown,
 )
 from trace_gym.targets.retail.facts import answer, sprayed, stated, told
+from trace_gym.targets.retail.obstacles import refusal_reported, refusal_shown
 from trace_gym.targets.retail.tasks import Request, Task
 from trace_gym.targets.retail.tools import WRITE_TOOLS
 from trace_gym.targets.retail.user import UserRecords
