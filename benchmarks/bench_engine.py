@@ -16,7 +16,8 @@ Figures (each side runs in its own subprocess, one after the other, so each repo
 4. the long-prompt GRPO step against TRL (SmolLM2 fp32, LoRA r16, 4 prompts x 8 completions x 64 tokens,
    ~355-token prompts): trace s/step / TRL s/step and peak RSS per side (TRL last, skipped without ``trl``);
 5. roofline: the engine's prefill and decode tokens/s as achieved FLOP/s against this machine's measured matmul
-   peak in the run's dtype (``--dtype auto``: bf16 where the CPU computes it natively, else float32);
+   peak in the run's dtype (``--dtype auto``: bf16 where the CPU computes it natively, else float32), and the
+   cached evaluation's full account (``trace_train/roofline.py``: per phase FLOPs, bytes, bound, share of bound);
 6. the compact tool rendering: prompt tokens of a retail episode, JSON vs compact;
 7. its effect on learning: SFT warm starts on the same retail oracle episodes rendered with JSON and with compact
    tools, each evaluated on the same test tasks (success, paired McNemar test);
@@ -181,6 +182,7 @@ def side_eval(engine: str, dtype: str, episodes: int, turns: int, tokens: int, m
         "turns": sum(r["turns"] for r in res.trajectories),
         "success_rate": res.success_rate,
         "peak_rss_mb": _rss(),
+        "roofline": res.roofline,  # trace_train/roofline.py: per phase against this machine's measured peak
     }
     if engine == "cached":
         st = policy._cached_engine.stats
@@ -808,6 +810,11 @@ def main() -> None:
                 decode_fraction_of_peak=2 * n * dec / peak,
                 note="achieved FLOP/s = 2 x parameters x tokens/s (attention not counted)",
             )
+        if c.get("roofline"):  # the full account: attention, the LM head where it runs, bytes, share of bound
+            from trace_train.roofline import format_account
+
+            roof["account"] = c["roofline"]
+            print(format_account(c["roofline"]), flush=True)
         report["roofline"] = roof
     if 4 in figures:
         print("4. long-prompt GRPO step: trace vs TRL (fp32, LoRA r16)", flush=True)

@@ -283,8 +283,10 @@ def account(work: dict[str, PhaseWork], wall_s: float, peak: MachinePeak | None 
         dtype = next((w.dtype for w in ran.values() if w.dtype), "float32")
         peak = machine_peak(dtype)
     rows: dict[str, dict[str, Any]] = {}
+    bound_total = 0.0
     for phase, w in ran.items():
         bound = max(w.flops / peak.flops_per_s, w.bytes / peak.bytes_per_s)
+        bound_total += bound
         rows[phase] = {
             "tokens": w.tokens,
             "gflop": round(w.flops / 1e9, 3),
@@ -295,7 +297,6 @@ def account(work: dict[str, PhaseWork], wall_s: float, peak: MachinePeak | None 
             "limited_by": "compute" if w.flops / peak.flops_per_s >= w.bytes / peak.bytes_per_s else "memory",
         }
     inside = sum(w.seconds for w in ran.values())
-    bound_total = sum(r["bound_s"] for r in rows.values())
     rows["other"] = {"seconds": round(max(wall_s - inside, 0.0), 3), "bound_s": 0.0}
     return {
         "peak": asdict(peak)

@@ -1,0 +1,162 @@
+"""The roofline account of full-size demo stages (issue 50): where each phase stands against this machine.
+
+    python benchmarks/roofline_stages.py                       # 32 test tasks + 2 GRPO steps (~25 min, 2 cores)
+    python benchmarks/roofline_stages.py --sides eval --eval-episodes 8 --eval-batch 8
+
+Two stages of the demo at their real sizes, each in its own subprocess, one after the other:
+
+1. ``eval``: the shipped base (``retail-v2-smollm2-135m``) on ``--eval-episodes`` retail-v2 test tasks at the
+   demo's caps (fitted to the oracle: 12 turns, 192 tokens) and batch size, ``--dtype auto``;
+2. ``train``: one adapter's GRPO steps from the shipped base on ``trace/retail-policy-adherence-v0`` at the
+   demo's ``[adapters]`` sizes (groups of 4, 2 groups a step, 12 turns, 192 tokens, LoRA r16).
+
+Each prints and records the account of ``trace_train/roofline.py``: per phase (prefill, decode, train, other)
+tokens, GFLOP, GB, seconds, the lower bound at the measured peak and the share of bound. The figures only mean
+something on a quiet machine: the script records the load average and the CPU (``lscpu``'s model name and its
+bf16 flags) beside them, and the measured peaks (a busy machine lowers the peak and the time alike).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "roofline"
+
+
+def side_eval(episodes: int, batch: int, model: str) -> dict[str, Any]:
+    from trace_train.config import EvalSettings
+    from trace_train.evaluate import evaluate
+    from trace_train.policy_factory import make_policy
+
+    policy = make_policy(model, dtype="auto")
+    t0 = time.perf_counter()
+    res = evaluate(policy, "trace/retail-v2", EvalSettings(episodes=episodes, batch_size=batch), split="test")
+    return {
+        "stage": f"evaluation of {model} on {episodes} retail-v2 test tasks (batch {batch})",
+        "seconds": time.perf_counter() - t0,
+        "success_rate": res.success_rate,
+        "generated_tokens": sum(r["generated_tokens"] for r in res.trajectories),
+        "roofline": res.roofline,
+    }
+
+
+def side_train(steps: int, model: str, env_id: str) -> dict[str, Any]:
+    from trace_train.config import GRPOArgs
+    from trace_train.grpo.trainer import train
+
+    with tempfile.TemporaryDirectory() as out:
+        args = GRPOArgs(
+            env_id=env_id,
+            model=model,
+            out=out,
+            dtype="auto",
+            steps=steps,
+            groups_per_step=2,
+            group_size=4,
+            max_new_tokens=192,
+            max_turns=12,
+            micro_batch_size=4,
+            save_every=0,
+            tensorboard=False,
+            progress=False,
+        )
+        t0 = time.perf_counter()
+        result = train(args)
+    return {
+        "stage": f"GRPO on {env_id} from {model}: {steps} steps of 2 groups x 4 rollouts",
+        "seconds": time.perf_counter() - t0,
+        "roofline": result["roofline"],
+    }
+
+
+SIDES = {"eval": side_eval, "train": side_train}
+
+
+def run_side(name: str, **kw: Any) -> dict[str, Any]:
+    """One side in its own process (its own peak memory, no state shared with the other side)."""
+    with tempfile.NamedTemporaryFile("r", suffix=".json") as out:
+        cmd = [
+            sys.executable,
+            __file__,
+            "--side",
+            name,
+            "--side-args",
+            json.dumps(kw),
+            "--side-out",
+            out.name,
+        ]
+        proc = subprocess.run(cmd, text=True)
+        if proc.returncode != 0:
+            return {"error": f"side {name} exited {proc.returncode}"}
+        return json.loads(Path(out.name).read_text())
+
+
+def cpu_name() -> str:
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    except OSError:
+        return "unknown"
+    model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if "Model name" in line), "?")
+    flags = next((line for line in lscpu.splitlines() if line.startswith("Flags")), "")
+    bf16 = [f for f in ("amx_bf16", "avx512_bf16") if f in flags.split()]
+    return f"{model} ({', '.join(bf16) or 'no native bf16: avx2'}), {os.cpu_count()} cpus"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sides", default="eval,train")
+    p.add_argument("--model", default="retail-v2-smollm2-135m")
+    p.add_argument("--eval-episodes", type=int, default=32)
+    p.add_argument("--eval-batch", type=int, default=32)
+    p.add_argument("--train-steps", type=int, default=2)
+    p.add_argument("--train-env", default="trace/retail-policy-adherence-v0")
+    p.add_argument("--label", default="before", help="name of this measurement in the results file")
+    p.add_argument("--json-out", default=str(RESULTS / "stages.json"))
+    p.add_argument("--side", help=argparse.SUPPRESS)
+    p.add_argument("--side-args", help=argparse.SUPPRESS)
+    p.add_argument("--side-out", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.side:
+        Path(a.side_out).write_text(json.dumps(SIDES[a.side](**json.loads(a.side_args)), default=str))
+        return
+    from trace_train.roofline import format_account
+
+    report: dict[str, Any] = {
+        "cpu": cpu_name(),
+        "load_average_at_start": os.getloadavg(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "model": a.model,
+    }
+    for side in a.sides.split(","):
+        if side == "eval":
+            r = run_side("eval", episodes=a.eval_episodes, batch=a.eval_batch, model=a.model)
+        elif side == "train":
+            r = run_side("train", steps=a.train_steps, model=a.model, env_id=a.train_env)
+        else:
+            raise SystemExit(f"unknown side {side!r}: choose eval, train")
+        report[side] = r
+        print(f"\n== {r.get('stage', side)}: {r.get('seconds', 0):.0f} s", flush=True)
+        if r.get("roofline"):
+            print(format_account(r["roofline"]), flush=True)
+        else:
+            print(r.get("error", "no model work recorded"))
+    report["load_average_at_end"] = os.getloadavg()
+    out = Path(a.json_out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs = json.loads(out.read_text()) if out.is_file() else {}
+    runs[a.label] = report
+    out.write_text(json.dumps(runs, indent=2) + "\n")
+    print(f"\nwritten to {out} as {a.label!r}")
+
+
+if __name__ == "__main__":
+    main()
