@@ -554,6 +554,8 @@ class GRPOArgs(GRPOSettings, EngineArgs, LoraArgs):
         None, "where adapters are saved for the server (default OUT/vllm_adapters)"
     )
     vllm_lora_name: str = knob("trace", "adapters are hot-loaded as <name>-step-<n>")
+    vllm_timeout: float = knob(300.0, "seconds one generation request may take before it is retried")
+    vllm_retries: int = knob(3, "retries of a failed, dropped or timed-out request before training stops")
     num_threads: int = knob(0, "fixed CPU thread count for reproducibility (0: torch's default)")
     deterministic: bool = knob(True, "deterministic kernels where they exist")
     resume: str | None = knob(None, "resume from this checkpoint directory")

@@ -146,6 +146,7 @@ class GRPOTrainer:
 
     # ----- generation on a vLLM server (optional) ---------------------------------------------------------
     def _connect_vllm(self) -> None:
+        from trace_gym.openai_client import OpenAIClient
         from trace_train.policies.remote_generation import RemoteGenerator
 
         a = self.args
@@ -157,6 +158,7 @@ class GRPOTrainer:
             lora_rank=a.lora_rank,
             adapter_dir=a.vllm_adapter_dir or self.out / "vllm_adapters",
             lora_prefix=a.vllm_lora_name,
+            client=OpenAIClient(base_url=a.vllm_url, timeout=a.vllm_timeout, max_retries=a.vllm_retries),
         )
         self.remote.check_server()  # reachable, and serving vllm_model when given
         self._publish_adapter()  # the server generates with the current (initial or resumed) adapter

@@ -51,6 +51,8 @@ def grpo_args(
         vllm_model=cfg.generation.served_model,
         vllm_adapter_dir=str(out / "served_adapters") if cfg.generation.server_url else None,
         vllm_lora_name=f"trace-{out.name}",  # one name per adapter run: two runs never share a served name
+        vllm_timeout=cfg.generation.server_timeout,
+        vllm_retries=cfg.generation.server_retries,
         tensorboard=False,
         progress=False,  # the stage prints its own progress lines (readable in logs)
     )
