@@ -214,3 +214,32 @@ def test_grpo_samples_on_trace_serve_with_the_adapter_hot_loaded_and_its_log_pro
     assert "grpo-test-step-2" in OpenAIClient(base_url=server.url).models()
     trainer.remote.release()
     assert "grpo-test-step-2" not in OpenAIClient(base_url=server.url).models()
+
+
+def test_a_server_too_slow_to_answer_gives_a_bounded_retry_then_one_line():
+    """A server that accepts the connection and never answers: ``server_retries`` retries of ``server_timeout``
+    each, then one line naming the server and the cause (never a hang)."""
+    import socket
+    import time
+
+    from trace_train.models import build_tiny_tokenizer
+    from trace_train.policies.remote_generation import RemoteGenerator
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
+    client = OpenAIClient(base_url=url, timeout=0.3, max_retries=2, backoff=0.01)
+    tokenizer = build_tiny_tokenizer()
+    policy = ServedPolicy(
+        tokenizer, RemoteGenerator(url, [tokenizer.eos_token_id], served_model="m", client=client), "m"
+    )
+    started = time.monotonic()
+    try:
+        with pytest.raises(RemoteGenerationError) as err:
+            policy.generate_with_logprobs([[1, 2, 3]], SamplingConfig(temperature=0.0, max_new_tokens=3))
+    finally:
+        silent.close()
+    assert time.monotonic() - started < 5
+    message = str(err.value)
+    assert "\n" not in message and url in message and "failed after 3 attempts: timed out" in message
