@@ -39,7 +39,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     args = ComposeArgs(
         **{**settings_of(g, GateSettings), "save_every": g.save_every or max(1, g.steps // 4)},
         **settings_of(cfg.base, EngineArgs),  # the gate data sees the tool text the adapters trained with
-        **settings_of(cfg.generation, GenerationSettings),  # its rollouts on the server, each adapter hot-loaded
+        # the gate data's rollouts on the [generation] server when there is one, each adapter hot-loaded
+        **settings_of(cfg.generation, GenerationSettings),
         adapters=[adapters[n]["adapter"] for n in names],
         envs=[adapters[n]["env_id"] for n in names],
         out=str(ctx.dir),
