@@ -240,3 +240,16 @@ def test_a_server_too_slow_to_answer_gives_a_bounded_retry_then_one_line():
     assert time.monotonic() - started < 5
     message = str(err.value)
     assert "\n" not in message and url in message and "failed after 3 attempts: timed out" in message
+
+
+def test_grpo_refuses_a_server_of_another_local_model(served_dirs, server, tmp_path):
+    from trace_train.grpo.trainer import GRPOArgs, GRPOTrainer
+    from trace_train.models import save_tiny_model
+
+    other = save_tiny_model(tmp_path / "other")
+    args = GRPOArgs(
+        env_id="traintest/echo-v0", model=str(other), out=str(tmp_path / "g"), steps=1, lora_rank=4
+    )
+    args.vllm_url, args.tensorboard, args.progress = server.url, False, False
+    with pytest.raises(RemoteGenerationError, match="serves .* but this run's model is"):
+        GRPOTrainer(args)

@@ -161,6 +161,11 @@ class GRPOTrainer:
             client=OpenAIClient(base_url=a.vllm_url, timeout=a.vllm_timeout, max_retries=a.vllm_retries),
         )
         self.remote.check_server()  # reachable, and serving vllm_model when given
+        # and not another local model: its sampled ids would mean other tokens to the trainer
+        from trace_train.models import resolve_model
+        from trace_train.policies.served import check_served_base
+
+        check_served_base(self.remote, resolve_model(a.model), a.vllm_model)
         self._publish_adapter()  # the server generates with the current (initial or resumed) adapter
 
     def _publish_adapter(self) -> None:

@@ -82,7 +82,7 @@ class ServedPolicy(HFPolicy):
         generator = RemoteGenerator(
             url, eos, served_model=served_model, model_hint=str(model), lora_rank=lora_rank, client=client
         )
-        generator.served_model = _served_base(generator, path, served_model)
+        generator.served_model = check_served_base(generator, path, served_model)
         policy = cls(tokenizer, generator, name=str(model), tool_format=tool_format)
         if adapter is not None:
             policy.use_adapter(adapter)
@@ -134,7 +134,7 @@ class ServedPolicy(HFPolicy):
         return ids, (lps if logprobs else [])
 
 
-def _served_base(generator: RemoteGenerator, path: Path, wanted: str | None) -> str:
+def check_served_base(generator: RemoteGenerator, path: Path, wanted: str | None) -> str:
     """The served name of the base model: ``wanted`` when the server lists it, else the first model it lists
     that is not an adapter. A server whose model directory (``root``, as vLLM and ``trace serve`` report it) is
     another local directory than the run's model is refused: its tokens would mean something else."""
