@@ -2,6 +2,7 @@
 
     python benchmarks/roofline_stages.py                       # 32 test tasks + 2 GRPO steps (~25 min, 2 cores)
     python benchmarks/roofline_stages.py --sides eval --eval-episodes 8 --eval-batch 8
+    python benchmarks/roofline_stages.py --sides decode --label decode   # decode alone: batch x dtype x threads
 
 Two stages of the demo at their real sizes, each in its own subprocess, one after the other:
 
@@ -9,6 +10,9 @@ Two stages of the demo at their real sizes, each in its own subprocess, one afte
    demo's caps (fitted to the oracle: 12 turns, 192 tokens) and batch size, ``--dtype auto``;
 2. ``train``: one adapter's GRPO steps from the shipped base on ``trace/retail-policy-adherence-v0`` at the
    demo's ``[adapters]`` sizes (groups of 4, 2 groups a step, 12 turns, 192 tokens, LoRA r16).
+
+3. ``decode`` (on request): decode alone after a 3,400-token prompt at batch 1, 8 and 32, in bf16 and float32,
+   with 1 thread and with all: tokens/s and share of bound.
 
 Each prints and records the account of ``trace_train/roofline.py``: per phase (prefill, decode, train, other)
 tokens, GFLOP, GB, seconds, the lower bound at the measured peak and the share of bound. The figures only mean
@@ -78,7 +82,57 @@ def side_train(steps: int, model: str, env_id: str) -> dict[str, Any]:
     }
 
 
-SIDES = {"eval": side_eval, "train": side_train}
+def side_decode(
+    model: str, context: int, tokens: int, batches: list[int], dtypes: list[str]
+) -> dict[str, Any]:
+    """Decode alone, at each batch size, dtype and thread count: ``tokens`` greedy steps after a ``context``-token
+    prompt (random ids; all rows share all but the last 50 tokens, as retail's system prompt and tools)."""
+    import torch
+
+    from trace_train.engine import engine_for
+    from trace_train.policies.base import SamplingConfig
+    from trace_train.policies.hf import HFPolicy
+    from trace_train.roofline import LEDGER, account
+
+    rows_out = []
+    threads_max = torch.get_num_threads()
+    for dtype in dtypes:
+        policy = HFPolicy.from_pretrained(model, dtype=dtype)
+        vocab = policy.model.config.vocab_size
+        for batch in batches:
+            g = torch.Generator().manual_seed(batch)
+            shared = torch.randint(100, vocab, (context - 50,), generator=g).tolist()
+            prompts = [shared + torch.randint(100, vocab, (50,), generator=g).tolist() for _ in range(batch)]
+            for threads in sorted({1, threads_max}):
+                torch.set_num_threads(threads)
+                engine = engine_for(policy)
+                engine.clear()
+                sampling = SamplingConfig(temperature=0.0, max_new_tokens=tokens, min_new_tokens=tokens)
+                session = engine.session(sampling)
+                out, _ = session(prompts, list(range(batch)), 0)  # prefill, not timed below
+                follow = [p + o + [shared[0]] for p, o in zip(prompts, out, strict=True)]
+                before = LEDGER.snapshot()
+                t0 = time.perf_counter()
+                session(follow, list(range(batch)), 1)
+                acc = account(LEDGER.since(before), time.perf_counter() - t0)
+                decode = acc["phases"]["decode"]
+                rows_out.append(
+                    {
+                        "dtype": dtype,
+                        "batch": batch,
+                        "threads": threads,
+                        "decode_tokens_per_s": decode["tokens"] / decode["seconds"],
+                        "ms_per_step": 1e3 * decode["seconds"] / max(tokens - 1, 1),
+                        "share_of_bound": decode["share_of_bound"],
+                        "bound_ms_per_step": 1e3 * decode["bound_s"] / max(tokens - 1, 1),
+                    }
+                )
+                print(json.dumps(rows_out[-1]), flush=True)
+        torch.set_num_threads(threads_max)
+    return {"stage": f"decode alone after a {context}-token prompt, {tokens} steps", "rows": rows_out}
+
+
+SIDES = {"eval": side_eval, "train": side_train, "decode": side_decode}
 
 
 def run_side(name: str, **kw: Any) -> dict[str, Any]:
@@ -141,10 +195,21 @@ def main() -> None:
             r = run_side("eval", episodes=a.eval_episodes, batch=a.eval_batch, model=a.model)
         elif side == "train":
             r = run_side("train", steps=a.train_steps, model=a.model, env_id=a.train_env)
+        elif side == "decode":
+            r = run_side(
+                "decode",
+                model=a.model,
+                context=3400,
+                tokens=33,
+                batches=[1, 8, 32],
+                dtypes=["bfloat16", "float32"],
+            )
         else:
-            raise SystemExit(f"unknown side {side!r}: choose eval, train")
+            raise SystemExit(f"unknown side {side!r}: choose eval, train, decode")
         report[side] = r
         print(f"\n== {r.get('stage', side)}: {r.get('seconds', 0):.0f} s", flush=True)
+        if side == "decode":
+            continue  # its rows were printed as they ran
         if r.get("roofline"):
             print(format_account(r["roofline"]), flush=True)
         else:
