@@ -21,29 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trace_train.bases import BASES_DIR
+from trace_train.bases import BASES_DIR, by_name, materialise
 from trace_train.bases.commands import cpu_name
 from trace_train.config import EvalSettings
 from trace_train.stats import mcnemar_exact, wilson_interval
 
 ENV = "trace/retail-v2"
-
-
-def merged_base(name: str, work: Path, dtype: str) -> Path:
-    """The shipped base ``name`` merged into its model (as the base stage merges a warm start), cached in work."""
-    out = work / "merged"
-    if (out / "config.json").is_file():
-        return out
-    from trace_train.policies.hf import HFPolicy
-
-    recipe = json.loads((BASES_DIR / name / "recipe.json").read_text())
-    policy = HFPolicy.from_pretrained(
-        recipe["sft"]["model"], adapter=BASES_DIR / name, dtype=dtype, device="cpu"
-    )
-    merged = policy.model.merge_and_unload()
-    merged.save_pretrained(out)
-    policy.tokenizer.save_pretrained(out)
-    return out
 
 
 def play(model: str, args: argparse.Namespace, path: Path, **overrides: Any) -> list[dict[str, Any]]:
@@ -114,7 +97,7 @@ def main() -> None:
     oracle = play("oracle", args, work / "oracle.jsonl", max_turns=30)
     needs = [int(r["reward"] < 1.0) for r in ablated]
     started = time.time()
-    model = merged_base(args.planted, work / args.planted, args.dtype)
+    model = materialise(by_name(args.planted), work / args.planted, args.dtype)  # verified, merged, cached
     records = play(str(model), args, work / args.planted / "test.jsonl")
     wall = time.time() - started
     mine = [int(r["reward"] >= 1.0) for r in records]
