@@ -246,13 +246,18 @@ class MachinePeak:
     threads: int
 
 
-@functools.cache
 def machine_peak(dtype: str = "float32", repeats: int = 5) -> MachinePeak:
-    """This process's best measured matmul rate at ``dtype`` and read bandwidth (~1-2 s, once per dtype).
+    """This process's best measured matmul rate at ``dtype`` and read bandwidth with its current thread count
+    (~1-2 s, once per dtype and thread count: one thread's peak is about half of two threads').
 
     The matmul is SmolLM2-135M's MLP up-projection on 1024 tokens (576 -> 1536): the shape that dominates the
     model's FLOPs; larger square matmuls run at about the same rate on CPU. Best of ``repeats``, so a core
     borrowed by another process during one try does not lower the peak."""
+    return _measured_peak(dtype, repeats, torch.get_num_threads())
+
+
+@functools.cache
+def _measured_peak(dtype: str, repeats: int, threads: int) -> MachinePeak:
     dt = getattr(torch, dtype)
     x, w = torch.randn(1024, 576).to(dt), torch.randn(1536, 576).to(dt)
     torch.nn.functional.linear(x, w)  # warm-up: oneDNN picks its kernel on the first call
@@ -269,7 +274,7 @@ def machine_peak(dtype: str = "float32", repeats: int = 5) -> MachinePeak:
         t0 = time.perf_counter()
         big.sum()
         bandwidth = max(bandwidth, big.numel() * 4 / max(time.perf_counter() - t0, 1e-9))
-    return MachinePeak(dtype, best, bandwidth, torch.get_num_threads())
+    return MachinePeak(dtype, best, bandwidth, threads)
 
 
 # ----- the account -------------------------------------------------------------------------------------------

@@ -125,3 +125,18 @@ def test_account_arithmetic():
     assert acc["phases"]["other"]["seconds"] == 12.0
     assert acc["bound_s"] == 9.0 and acc["share_of_bound"] == pytest.approx(9.0 / 40.0, abs=1e-4)
     assert "decode" in format_account(acc)
+
+
+def test_the_peak_is_measured_per_thread_count():
+    """A peak measured with one thread must not stand for two (the decode benchmark switches between them)."""
+    from trace_train.roofline import machine_peak
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = machine_peak("float32", repeats=1)
+        torch.set_num_threads(2)
+        two = machine_peak("float32", repeats=1)
+    finally:
+        torch.set_num_threads(threads)
+    assert (one.threads, two.threads) == (1, 2)
