@@ -42,7 +42,6 @@ class ModelCost:
 
     body_params: int  # matmul weights every token goes through (decoder layers, adapters included)
     head_params: int  # the LM head: only at positions whose logits are needed
-    trainable_params: int
     layers: int
     q_heads: int
     kv_heads: int
@@ -102,7 +101,6 @@ class ModelCost:
         cost = cls(
             body_params=body,
             head_params=head_params,
-            trainable_params=sum(p.numel() for p in params if p.requires_grad),
             layers=layers,
             q_heads=q_heads,
             kv_heads=kv_heads,
@@ -213,6 +211,7 @@ def record_training(model: torch.nn.Module, blocks: list[tuple[int, int]], logit
     gradients of the trainable parameters, a recomputed forward under gradient checkpointing); under
     ``torch.no_grad`` (old or reference log-probs) one forward."""
     cost = ModelCost.of(model)
+    # counted per call, not cached with the cost: a trainer freezes and unfreezes weights after loading
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     grad = torch.is_grad_enabled() and trainable > 0
     checkpointing = grad and any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
