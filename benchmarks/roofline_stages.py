@@ -3,6 +3,7 @@
     python benchmarks/roofline_stages.py                       # 32 test tasks + 2 GRPO steps (~25 min, 2 cores)
     python benchmarks/roofline_stages.py --sides eval --eval-episodes 8 --eval-batch 8
     python benchmarks/roofline_stages.py --sides decode --label decode   # decode alone: batch x dtype x threads
+    python benchmarks/roofline_stages.py --sides linears --label linears # routed decode linears vs default, paired
 
 Two stages of the demo at their real sizes, each in its own subprocess, one after the other:
 
@@ -13,6 +14,8 @@ Two stages of the demo at their real sizes, each in its own subprocess, one afte
 
 3. ``decode`` (on request): decode alone after a 3,400-token prompt at batch 1, 8 and 32, in bf16 and float32,
    with 1 thread and with all: tokens/s and share of bound.
+4. ``linears`` (on request): the decode steps' routed bf16 linears against torch's default kernels, paired and
+   repeated at batch 1, 2, 4, 8 and 32, with whether both picked the same greedy tokens.
 
 Each prints and records the account of ``trace_train/roofline.py``: per phase (prefill, decode, train, other)
 tokens, GFLOP, GB, seconds, the lower bound at the measured peak and the share of bound. The figures only mean
@@ -132,7 +135,61 @@ def side_decode(
     return {"stage": f"decode alone after a {context}-token prompt, {tokens} steps", "rows": rows_out}
 
 
-SIDES = {"eval": side_eval, "train": side_train, "decode": side_decode}
+def side_linears(model: str, context: int, tokens: int, batches: list[int], repeats: int) -> dict[str, Any]:
+    """The decode steps' routed bf16 linears (``trace_train/engine/linears.py``) against torch's default path,
+    paired: for each batch size, ``repeats`` rounds of (default, routed), each a fresh session over the same
+    prompts with ``tokens`` greedy steps timed after the prefill. Medians of ms per step, and whether both
+    picked the same tokens."""
+    import statistics
+
+    import torch
+
+    from trace_train.engine import engine_for
+    from trace_train.policies.base import SamplingConfig
+    from trace_train.policies.hf import HFPolicy
+
+    policy = HFPolicy.from_pretrained(model, dtype="bfloat16")
+    engine = engine_for(policy)
+    vocab = policy.model.config.vocab_size
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=tokens, min_new_tokens=tokens)
+    rows_out = []
+    for batch in batches:
+        g = torch.Generator().manual_seed(batch)
+        shared = torch.randint(100, vocab, (context - 50,), generator=g).tolist()
+        prompts = [shared + torch.randint(100, vocab, (50,), generator=g).tolist() for _ in range(batch)]
+        ms: dict[bool, list[float]] = {False: [], True: []}
+        picked: dict[bool, list] = {}
+        for _ in range(repeats):
+            for routed in (False, True):
+                engine.linears.enabled = routed
+                session = engine.session(sampling)
+                first, _ = session(prompts, list(range(batch)), 0)
+                follow = [p + o + [shared[0]] for p, o in zip(prompts, first, strict=True)]
+                before = engine.stats.decode_seconds
+                second, _ = session(follow, list(range(batch)), 1)
+                ms[routed].append(1e3 * (engine.stats.decode_seconds - before) / (tokens - 1))
+                picked[routed] = [first, second]
+        default, routed_ms = statistics.median(ms[False]), statistics.median(ms[True])
+        rows_out.append(
+            {
+                "batch": batch,
+                "default_ms_per_step": round(default, 1),
+                "routed_ms_per_step": round(routed_ms, 1),
+                "speedup": round(default / routed_ms, 3),
+                "default_runs": [round(x, 1) for x in ms[False]],
+                "routed_runs": [round(x, 1) for x in ms[True]],
+                "same_tokens": picked[False] == picked[True],
+            }
+        )
+        print(json.dumps(rows_out[-1]), flush=True)
+    engine.linears.enabled = None
+    return {
+        "stage": f"routed decode linears vs default, bf16, after a {context}-token prompt",
+        "rows": rows_out,
+    }
+
+
+SIDES = {"eval": side_eval, "train": side_train, "decode": side_decode, "linears": side_linears}
 
 
 def run_side(name: str, **kw: Any) -> dict[str, Any]:
@@ -204,11 +261,15 @@ def main() -> None:
                 batches=[1, 8, 32],
                 dtypes=["bfloat16", "float32"],
             )
+        elif side == "linears":
+            r = run_side(
+                "linears", model=a.model, context=3400, tokens=33, batches=[1, 2, 4, 8, 32], repeats=5
+            )
         else:
-            raise SystemExit(f"unknown side {side!r}: choose eval, train, decode")
+            raise SystemExit(f"unknown side {side!r}: choose eval, train, decode, linears")
         report[side] = r
         print(f"\n== {r.get('stage', side)}: {r.get('seconds', 0):.0f} s", flush=True)
-        if side == "decode":
+        if side in ("decode", "linears"):
             continue  # its rows were printed as they ran
         if r.get("roofline"):
             print(format_account(r["roofline"]), flush=True)

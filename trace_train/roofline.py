@@ -293,6 +293,9 @@ def account(work: dict[str, PhaseWork], wall_s: float, peak: MachinePeak | None 
         bound_total += bound
         rows[phase] = {
             "tokens": w.tokens,
+            "calls": w.calls,
+            # per model call: a decode step's rows (its effective batch), a prefill's or training forward's tokens
+            "tokens_per_call": round(w.tokens / w.calls, 2) if w.calls else None,
             "gflop": round(w.flops / 1e9, 3),
             "gbytes": round(w.bytes / 1e9, 3),
             "seconds": round(w.seconds, 3),
@@ -323,18 +326,21 @@ def format_account(acc: dict[str, Any]) -> str:
     lines = [
         f"roofline ({peak['dtype']}, {peak['threads']} threads: {peak['gflop_per_s']} GFLOP/s, "
         f"{peak['gb_per_s']} GB/s measured)",
-        f"{'phase':<8} {'tokens':>9} {'GFLOP':>9} {'GB':>8} {'seconds':>9} {'bound s':>9} {'share':>7}  limit",
+        f"{'phase':<8} {'tokens':>9} {'tok/call':>8} {'GFLOP':>9} {'GB':>8} {'seconds':>9} {'bound s':>9} "
+        f"{'share':>7}  limit",
     ]
     for phase, r in acc["phases"].items():
         share = r.get("share_of_bound")
+        per_call = r.get("tokens_per_call")
         lines.append(
-            f"{phase:<8} {r.get('tokens', ''):>9} {r.get('gflop', ''):>9} {r.get('gbytes', ''):>8} "
+            f"{phase:<8} {r.get('tokens', ''):>9} {'' if per_call is None else f'{per_call:.1f}':>8} "
+            f"{r.get('gflop', ''):>9} {r.get('gbytes', ''):>8} "
             f"{r['seconds']:>9.1f} {r['bound_s']:>9.2f} {'' if share is None else f'{share:.3f}':>7}  "
             f"{r.get('limited_by', '')}"
         )
     total = acc["share_of_bound"]
     lines.append(
-        f"{'all':<8} {'':>9} {'':>9} {'':>8} {acc['wall_s']:>9.1f} {acc['bound_s']:>9.2f} "
+        f"{'all':<8} {'':>9} {'':>8} {'':>9} {'':>8} {acc['wall_s']:>9.1f} {acc['bound_s']:>9.2f} "
         f"{'' if total is None else f'{total:.3f}':>7}"
     )
     return "\n".join(lines)

@@ -33,6 +33,7 @@ import torch
 
 from trace_train.engine.attention import packed_gqa
 from trace_train.engine.cache import RaggedCache, cache_argument
+from trace_train.engine.linears import DecodeLinears
 from trace_train.engine.sampling import next_tokens
 from trace_train.policies.base import SamplingConfig
 from trace_train.roofline import LEDGER, record_blocks
@@ -123,8 +124,11 @@ class CachedEngine:
         share_prefix: bool = True,
         max_prefill_padding: float = 0.25,
         min_idle_fraction: float = 0.25,
+        decode_linears: bool | None = None,
     ):
         self.model = model
+        # decode steps' bf16 matmuls on the kernel that suits their few rows (None: wherever torch can)
+        self.linears = DecodeLinears(model, enabled=decode_linears)
         self.eos_ids = set(eos_ids)
         self.pad_id = pad_id
         self.generation_context = generation_context
@@ -425,70 +429,74 @@ class Session:
         enough rows have, the cache's rows are permuted so the running ones come first and the steps run only
         those (a turn lasts as long as its longest answer; most rows finish far earlier). The rows are put back
         in order at the end. ``self.decode_rows[j]`` lists the rows decode step ``j`` ran, in its row order."""
-        eng, s, cache = self.engine, self.sampling, self.cache
+        eng, cache = self.engine, self.cache
         rows = cache.rows
-        eos = sorted(eng.eos_ids)
         out: list[list[int]] = [[] for _ in range(rows)]
         lps: list[list[float]] = [[] for _ in range(rows)]
         order = list(range(rows))  # cache row p holds conversation row order[p]
-        live = rows  # decode steps run cache rows [0, live)
         done = [False] * rows  # per cache row: its turn is over
         fed = [True] * rows  # per cache row: its latest token is in the cache
         self.decode_rows = []
         device = logits.device
         try:
-            for step in range(s.max_new_tokens):
-                suppress = eos if step < s.min_new_tokens else None
-                # one draw per conversation row whether or not it still runs: the random stream, hence what is
-                # sampled, does not depend on when rows leave the decode steps
-                u = None
-                if not s.greedy:
-                    u = torch.rand((rows, 1), generator=self.generator, dtype=torch.float64, device=device)
-                    u = u[torch.tensor(order[:live], device=device)]
-                tok, lp = next_tokens(logits, s, self.generator, suppress, uniforms=u)
-                tok, lp = tok.tolist(), lp.tolist()
-                for p in range(live):
-                    if not done[p]:
-                        r = order[p]
-                        out[r].append(tok[p])
-                        lps[r].append(float(lp[p]))
-                        fed[p] = False
-                        done[p] = tok[p] in eng.eos_ids or len(out[r]) >= s.max_new_tokens
-                if all(done):
-                    break
-                idle = sum(done[p] and fed[p] for p in range(live))
-                if idle and idle >= live * self.engine.min_idle_fraction:
-                    live = self._shrink(order, done, fed, live)
-                # feed each running row's newest token; a row that finished and fed its last gets a masked hole
-                feed = [not f for f in fed[:live]]
-                ids = torch.tensor([out[order[p]][-1] if feed[p] else eng.pad_id for p in range(live)])
-                mask = cache.append_columns(torch.tensor(feed + [False] * (rows - live))[:, None])
-                pos = cache.positions()[:live, None]
-                zero = torch.zeros(live, dtype=torch.long)
-                cache.set_live_rows(live if live < rows else None)
-                logits = self.runner(
-                    ids[:, None].to(device), mask[:live].to(device), pos.to(device), cache, zero
-                )
-                self.decode_rows.append(order[:live])
-                record_blocks(
-                    "decode",
-                    self.runner.model,
-                    [(1, int(pos[p])) for p in range(live) if feed[p]],
-                    logits=live,
-                    calls=1,
-                    shared_context=len(cache.prefix_ids) if cache.prefix is not None else 0,
-                )
-                for p in range(live):
-                    if feed[p]:
-                        cache.ids[p].append(out[order[p]][-1])
-                        fed[p] = True
-                eng.stats.decode_tokens += sum(feed)
+            with eng.linears.active():
+                self._steps(logits, out, lps, order, done, fed, device)
         finally:
             cache.set_live_rows(None)
             if order != list(range(rows)):  # conversation row r back in cache row r
                 where = {o: p for p, o in enumerate(order)}
                 cache.permute_rows([where[r] for r in range(rows)])
         return out, lps
+
+    def _steps(self, logits, out, lps, order, done, fed, device) -> None:
+        """The decode steps of :meth:`_decode` (which owns the lists they fill and permute)."""
+        eng, s, cache = self.engine, self.sampling, self.cache
+        rows, live = cache.rows, cache.rows  # decode steps run cache rows [0, live)
+        eos = sorted(eng.eos_ids)
+        for step in range(s.max_new_tokens):
+            suppress = eos if step < s.min_new_tokens else None
+            # one draw per conversation row whether or not it still runs: the random stream, hence what is
+            # sampled, does not depend on when rows leave the decode steps
+            u = None
+            if not s.greedy:
+                u = torch.rand((rows, 1), generator=self.generator, dtype=torch.float64, device=device)
+                u = u[torch.tensor(order[:live], device=device)]
+            tok, lp = next_tokens(logits, s, self.generator, suppress, uniforms=u)
+            tok, lp = tok.tolist(), lp.tolist()
+            for p in range(live):
+                if not done[p]:
+                    r = order[p]
+                    out[r].append(tok[p])
+                    lps[r].append(float(lp[p]))
+                    fed[p] = False
+                    done[p] = tok[p] in eng.eos_ids or len(out[r]) >= s.max_new_tokens
+            if all(done):
+                break
+            idle = sum(done[p] and fed[p] for p in range(live))
+            if idle and idle >= live * self.engine.min_idle_fraction:
+                live = self._shrink(order, done, fed, live)
+            # feed each running row's newest token; a row that finished and fed its last gets a masked hole
+            feed = [not f for f in fed[:live]]
+            ids = torch.tensor([out[order[p]][-1] if feed[p] else eng.pad_id for p in range(live)])
+            mask = cache.append_columns(torch.tensor(feed + [False] * (rows - live))[:, None])
+            pos = cache.positions()[:live, None]
+            zero = torch.zeros(live, dtype=torch.long)
+            cache.set_live_rows(live if live < rows else None)
+            logits = self.runner(ids[:, None].to(device), mask[:live].to(device), pos.to(device), cache, zero)
+            self.decode_rows.append(order[:live])
+            record_blocks(
+                "decode",
+                self.runner.model,
+                [(1, int(pos[p])) for p in range(live) if feed[p]],
+                logits=live,
+                calls=1,
+                shared_context=len(cache.prefix_ids) if cache.prefix is not None else 0,
+            )
+            for p in range(live):
+                if feed[p]:
+                    cache.ids[p].append(out[order[p]][-1])
+                    fed[p] = True
+            eng.stats.decode_tokens += sum(feed)
 
     def _shrink(self, order: list[int], done: list[bool], fed: list[bool], live: int) -> int:
         """Move the rows still running to the front of ``[0, live)`` (swapping each with an idle row there);

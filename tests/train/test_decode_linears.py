@@ -1,0 +1,107 @@
+"""The decode steps' bf16 linears (``trace_train/engine/linears.py``): the same results as ``nn.Linear`` by the
+kernel that suits the row count, packed weights that follow in-place updates, and nothing routed outside a
+decode block or where gradients are needed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from trace_train.engine import engine_for
+from trace_train.engine import linears as decode_linears
+from trace_train.engine.linears import NATIVE_MAX_ROWS, DecodeLinears
+from trace_train.models import build_tiny_model
+from trace_train.policies.base import SamplingConfig
+from trace_train.policies.hf import HFPolicy
+
+needs_packing = pytest.mark.skipif(
+    not decode_linears.available(), reason="this torch build cannot pack bf16 weights for oneDNN"
+)
+
+
+def _model(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(576, 384), nn.SiLU(), nn.Linear(384, 1536, bias=False)).to(torch.bfloat16)
+
+
+@needs_packing
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 33])
+def test_routed_linears_compute_what_nn_linear_does(rows):
+    model = _model()
+    x = torch.randn(rows, 1, 576, dtype=torch.bfloat16)
+    with torch.no_grad():
+        want = model(x)
+        routed = DecodeLinears(model)
+        with routed.active() as n:
+            got = model(x)
+    assert n == 2
+    if rows > NATIVE_MAX_ROWS:  # the packed weight: oneDNN's own result, bit for bit
+        assert routed.packed_calls == 2 and routed.native_calls == 0
+        assert torch.equal(got, want)
+    else:  # ATen's kernel sums in another order: bf16 rounding apart
+        assert routed.native_calls == 2 and routed.packed_calls == 0
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
+@needs_packing
+def test_a_packed_weight_follows_an_in_place_update():
+    model = _model()
+    x = torch.randn(8, 576, dtype=torch.bfloat16)
+    routed = DecodeLinears(model)
+    with torch.no_grad():
+        with routed.active():
+            before = model(x)
+        model[2].weight.mul_(-1.0)  # as an optimiser step would: same storage, new version
+        with routed.active():
+            after = model(x)
+        want = model(x)
+    assert torch.equal(after, want)
+    assert not torch.equal(after, before)
+
+
+@needs_packing
+def test_nothing_is_routed_outside_the_block_or_with_gradients():
+    model = _model()
+    routed = DecodeLinears(model)
+    x = torch.randn(4, 576, dtype=torch.bfloat16)
+    with routed.active():
+        model(x).sum().backward()  # training: the module's own forward, gradients as usual
+    assert routed.packed_calls == routed.native_calls == 0
+    assert model[0].weight.grad is not None
+    assert all("forward" not in m.__dict__ for m in model.modules())
+    with pytest.raises(RuntimeError, match="boom"), routed.active():
+        raise RuntimeError("boom")
+    assert all("forward" not in m.__dict__ for m in model.modules())
+
+
+def test_float32_small_and_disabled_linears_are_left_alone():
+    model = _model().float()
+    assert DecodeLinears(model).eligible() == []
+    assert DecodeLinears(_model(), enabled=False).eligible() == []
+    tiny = nn.Linear(16, 16).to(torch.bfloat16)  # a LoRA factor's size
+    assert DecodeLinears(tiny, enabled=True).eligible() == []
+
+
+@needs_packing
+def test_the_engine_routes_its_decode_steps_and_decodes_as_before(monkeypatch):
+    """bf16 greedy decoding of a tiny model with routed and unrouted linears: the routed run uses both kernels
+    (one row, then a batch) and picks the same tokens."""
+    monkeypatch.setattr(decode_linears, "MIN_WEIGHT_ELEMENTS", 1)  # the tiny model's weights are small
+    model, tok = build_tiny_model(hidden_size=64)
+    policy = HFPolicy(model.to(torch.bfloat16), tok)
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=12, min_new_tokens=12)
+    prompts = [[5, 6, 7, 8, 9, 10 + r, 11] for r in range(4)]
+
+    def decode(enabled: bool, batch: list[list[int]]):
+        engine = engine_for(policy)
+        engine.clear()
+        engine.linears = DecodeLinears(policy.model, enabled=enabled)
+        out, _ = engine.session(sampling)(batch, list(range(len(batch))), 0)
+        return out, engine.linears
+
+    for batch in (prompts[:1], prompts):
+        plain, _ = decode(False, batch)
+        routed, used = decode(True, batch)
+        assert routed == plain
+        assert (used.native_calls if len(batch) <= NATIVE_MAX_ROWS else used.packed_calls) > 0

@@ -1,0 +1,117 @@
+"""Faster bf16 linears for decode steps on CPU: the kernel that suits the step's few rows.
+
+A decode step multiplies one token per conversation by every weight of the model, so its matmuls have 1-32 rows
+and must read each weight once from memory. torch's default CPU path for bf16 (oneDNN with the weight in its
+plain layout, reordered on every call) reads weights at 8-13 GB/s at that size on a 2-core AVX-512-bf16 EPYC,
+where the machine reads 24-29 GB/s. Measured per 576 -> 1,536 SmolLM2 linear, weights not in cache
+(``docs/roofline.md``; the whole step: ``benchmarks/roofline_stages.py --sides linears``):
+
+- at 1-2 rows, ATen's own kernel (oneDNN switched off for the call) reads near the bandwidth: 74-105 us against
+  132-142 us, but it is slower from 3 rows on (and 10x slower for the attention's batched matmuls, so oneDNN
+  stays on for everything else);
+- from 3 rows, oneDNN with the weight reordered once into its own blocked layout
+  (``torch.ops.mkldnn._reorder_linear_weight``, the prepacking inductor's freezing uses) gives the same result bit
+  for bit at 90-110 us instead of 150-175 us (8 rows), 194 us instead of 272 us (32 rows).
+
+:class:`DecodeLinears` applies this to a model's ``nn.Linear`` modules for the duration of a ``with`` block (the
+cached engine's decode steps). The packed copies are kept between blocks and made again when a weight changes in
+place (its ``_version``: an optimiser step), so they cost one copy of the weights in memory. Only bf16 weights on
+CPU under ``torch.no_grad`` are routed; anything else (training, float32, other devices, a build without oneDNN)
+runs the module's own forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# at most this many rows go to ATen's native kernel; more go to the packed oneDNN weight (measured crossover: 3)
+NATIVE_MAX_ROWS = 2
+MIN_WEIGHT_ELEMENTS = 1 << 16  # smaller weights (LoRA factors, a router) are not worth routing
+
+
+def available() -> bool:
+    """Whether this torch build can pack bf16 weights for oneDNN on this CPU."""
+    mkldnn = getattr(torch.ops, "mkldnn", None)
+    return (
+        torch.backends.mkldnn.is_available()
+        and hasattr(torch._C, "_set_mkldnn_enabled")
+        and mkldnn is not None
+        and hasattr(mkldnn, "_reorder_linear_weight")
+        and hasattr(mkldnn, "_linear_pointwise")
+        and bool(getattr(mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())
+    )
+
+
+class DecodeLinears:
+    """Routes a model's bf16 ``nn.Linear`` forwards by row count inside :meth:`active` (see the module docstring)."""
+
+    def __init__(self, model: nn.Module, enabled: bool | None = None):
+        self.model = model
+        self.enabled = available() if enabled is None else enabled
+        self._packed: dict[int, tuple[int, int, torch.Tensor]] = {}  # id(module) -> (ptr, version, packed)
+        self.native_calls = 0
+        self.packed_calls = 0
+
+    def eligible(self) -> list[nn.Linear]:
+        if not self.enabled:
+            return []
+        return [
+            m
+            for m in self.model.modules()
+            if isinstance(m, nn.Linear)
+            and m.weight.dtype == torch.bfloat16
+            and m.weight.device.type == "cpu"
+            and m.weight.numel() >= MIN_WEIGHT_ELEMENTS
+            and "forward" not in m.__dict__  # already wrapped (e.g. an accelerate hook): left alone
+        ]
+
+    @contextmanager
+    def active(self) -> Iterator[int]:
+        """Route the eligible linears inside the block; yields how many were routed."""
+        modules = self.eligible()
+        for m in modules:
+            m.forward = self._forward_of(m)  # an instance attribute shadows nn.Linear.forward
+        try:
+            yield len(modules)
+        finally:
+            for m in modules:
+                del m.forward
+
+    def _forward_of(self, module: nn.Linear):
+        plain = nn.Linear.forward.__get__(module)
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            if torch.is_grad_enabled() or x.dtype != torch.bfloat16 or x.device.type != "cpu":
+                return plain(x)
+            rows = x.numel() // x.shape[-1]
+            if rows <= NATIVE_MAX_ROWS:
+                self.native_calls += 1
+                return _native_linear(x, module.weight, module.bias)
+            self.packed_calls += 1
+            return torch.ops.mkldnn._linear_pointwise(x, self._pack(module), module.bias, "none", [], "")
+
+        return forward
+
+    def _pack(self, module: nn.Linear) -> torch.Tensor:
+        w = module.weight
+        key = (w.data_ptr(), w._version)
+        kept = self._packed.get(id(module))
+        if kept is None or kept[:2] != key:
+            kept = (*key, torch.ops.mkldnn._reorder_linear_weight(w.detach()))
+            self._packed[id(module)] = kept
+        return kept[2]
+
+
+def _native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear`` with oneDNN switched off for this one call (ATen's own bf16 kernel)."""
+    was = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        return F.linear(x, weight, bias)
+    finally:
+        torch._C._set_mkldnn_enabled(was)
