@@ -21,6 +21,7 @@ torch.profiler regions that ``trace_train.compose.model`` labels when ``PROFILE`
     python benchmarks/bench_compose.py                        # 16 x 512 bf16 on SmolLM2-135M (issue's sizes)
     python benchmarks/bench_compose.py --batch 4 --seq 256    # what fits a shared 2-core CPU
     python benchmarks/bench_compose.py --tiny                 # smoke test
+    python benchmarks/bench_compose.py --decode-only --threads 2 --out benchmarks/results/compose_decode.json
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import torch
 import trace_train.compose.model as compose_model
 from trace_train.compose.artefact import AdapterSpec, build_composition
 from trace_train.engine import engine_for
+from trace_train.engine.linears import available as linears_available
 from trace_train.models import load_model, resolve_model, save_tiny_model
 from trace_train.policies.base import SamplingConfig
 from trace_train.policies.hf import HFPolicy
@@ -108,6 +110,7 @@ def main() -> None:
     ap.add_argument("--decode-prompt", type=int, default=64)
     ap.add_argument("--decode-tokens", type=int, default=32)
     ap.add_argument("--no-xlora", action="store_true")
+    ap.add_argument("--decode-only", action="store_true", help="only the KV-cached decode figures")
     ap.add_argument("--threads", type=int, default=1, help="1: CPU time = work (no idle spinning threads)")
     ap.add_argument("--out", default="benchmarks/results/bench_compose.json")
     a = ap.parse_args()
@@ -129,6 +132,27 @@ def main() -> None:
     bc, _ = load_model(model_dir, dtype=dtype)
     comp = build_composition(bc, [AdapterSpec(f"cap{i}", str(p)) for i, p in enumerate(paths)])
     comp.model.eval()
+    if a.decode_only:
+        decode = bench_decode(a, model_dir, paths[0], comp, tokenizer, dtype, vocab)
+        result = {
+            "model": "tiny-random" if a.tiny else a.model,
+            "dtype": a.dtype,
+            "adapters": a.adapters,
+            "rank": a.rank,
+            "threads": a.threads,
+            "repeats": a.repeats,
+            "decode": decode,
+            "goals": {
+                "composed decode slowdown vs single-LoRA policy <= 1.3": decode["slowdown_vs_lora1_merged"],
+                "same, on the cached rollout engine": decode["cached_engine_slowdown_vs_lora1_merged"],
+            },
+        }
+        print_decode(result)
+        out = Path(a.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2))
+        print(f"\nwritten to {out}")
+        return
 
     def fwd(model):
         return lambda: model(input_ids=x, logits_to_keep=1, use_cache=False)
@@ -284,7 +308,14 @@ def bench_decode(a, model_dir, adapter0, comp, tokenizer, dtype, vocab) -> dict[
     spread_gates(comp, include_base=False)
     tps: dict[str, list[float]] = {k: [] for k in policies}  # tokens per CPU second (see timed)
     wall_tps: dict[str, list[float]] = {k: [] for k in policies}
-    engine_tps: dict[str, list[float]] = {"lora1_merged": [], "composed_routed": []}
+    # the cached engine with its decode linears routed by row count (as trace runs it) and with torch's default
+    # kernels (``_default``): the same comparison before and after that change, in the same run
+    engine_tps: dict[str, list[float]] = {
+        "lora1_merged": [],
+        "composed_routed": [],
+        "lora1_merged_default": [],
+        "composed_routed_default": [],
+    }
     for p in policies.values():
         p.generate_ids(prompts[:2], SamplingConfig(temperature=0.0, max_new_tokens=2))  # warm-up
     for _ in range(max(1, a.repeats - 1)):
@@ -296,7 +327,9 @@ def bench_decode(a, model_dir, adapter0, comp, tokenizer, dtype, vocab) -> dict[
             wall_tps[k].append(n_tok / wall)
             print(f"  decode {k}: {n_tok / used:.1f} tokens/CPU-s", flush=True)
         for k in engine_tps:  # the rollout engine trace uses (KV cache per conversation, shared prefix)
-            session = engine_for(policies[k]).session(sampling)
+            engine = engine_for(policies[k.removesuffix("_default")])
+            engine.linears.enabled = linears_available() and not k.endswith("_default")
+            session = engine.session(sampling)
             box = []
             _, used = timed(lambda s=session, box=box: box.append(s(prompts, list(range(len(prompts))), 0)))
             engine_tps[k].append(sum(len(o) for o in box[0][0]) / used)
@@ -313,6 +346,8 @@ def bench_decode(a, model_dir, adapter0, comp, tokenizer, dtype, vocab) -> dict[
         "slowdown_vs_lora1_unmerged": med["lora1_unmerged"] / med["composed_routed"],
         "cached_engine_tokens_per_cpu_s": engine_med,
         "cached_engine_slowdown_vs_lora1_merged": engine_med["lora1_merged"] / engine_med["composed_routed"],
+        "cached_engine_default_linears_slowdown_vs_lora1_merged": engine_med["lora1_merged_default"]
+        / engine_med["composed_routed_default"],
     }
 
 
@@ -332,6 +367,10 @@ def print_report(r: dict[str, Any]) -> None:
     print(f"\nrouted forward time split ({s['forward_seconds_profiled']:.3f} s profiled):")
     for part in ("gate", "gather", "lora_matmul", "scatter"):
         print(f"  {part:12s} {s[part + '_seconds']:7.3f} s  {100 * s[part + '_share']:5.1f}%")
+    print_decode(r)
+
+
+def print_decode(r: dict[str, Any]) -> None:
     d = r["decode"]
     print(f"\nKV-cached decode ({d['batch']} prompts x {d['prompt_tokens']} tokens, {d['new_tokens']} new):")
     for k, v in d["tokens_per_cpu_s"].items():
@@ -343,7 +382,8 @@ def print_report(r: dict[str, Any]) -> None:
     for k, v in d["cached_engine_tokens_per_cpu_s"].items():
         print(f"  cached engine {k:16s} {v:8.1f} tokens/CPU-s")
     print(
-        f"  cached engine slowdown: x{d['cached_engine_slowdown_vs_lora1_merged']:.2f} vs merged single-LoRA"
+        f"  cached engine slowdown: x{d['cached_engine_slowdown_vs_lora1_merged']:.2f} vs merged single-LoRA "
+        f"(x{d['cached_engine_default_linears_slowdown_vs_lora1_merged']:.2f} with torch's default linears)"
     )
     print("\ngoals:", json.dumps(r["goals"], indent=2))
 

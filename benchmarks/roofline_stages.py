@@ -182,7 +182,6 @@ def side_linears(model: str, context: int, tokens: int, batches: list[int], repe
             }
         )
         print(json.dumps(rows_out[-1]), flush=True)
-    engine.linears.enabled = None
     return {
         "stage": f"routed decode linears vs default, bf16, after a {context}-token prompt",
         "rows": rows_out,

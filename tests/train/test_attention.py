@@ -145,3 +145,26 @@ def test_cascade_attention_equals_one_softmax_over_prefix_and_own_keys(packed):
         ("query", "prefix keys", "prefix values", "keys", "values"), got_grads, ref_grads, strict=True
     ):
         torch.testing.assert_close(a, b, msg=f"gradient of the {name}")
+
+
+def test_a_prefill_query_that_sees_none_of_its_own_columns_attends_to_the_prefix_alone():
+    """Inference prefill over a shared prefix merges two flash calls; a query whose own columns are all masked
+    must come out as attention over the prefix alone (finite), as one softmax over [prefix | own] gives."""
+    module = _Module(groups=3)
+    module.layer_idx = 0
+    length, own = 4, 9
+    q, k, v = _inputs(2, 6, 2, length, own, torch.float32, seed=5)
+    g = torch.Generator().manual_seed(6)
+    prefix = [(torch.randn(1, 2, 5, 16, generator=g), torch.randn(1, 2, 5, 16, generator=g))]
+    own_mask = _ragged_mask(2, length, own, seed=7).clone()
+    own_mask[1, 0, 2] = False  # row 1's third query sees none of its own columns
+    got, _ = attention.packed_gqa_attention(
+        module, q, k, v, own_mask, scaling=0.25, shared_prefix=attention.SharedPrefix(prefix)
+    )
+    pk, pv = prefix[0]
+    full_k = torch.cat([pk.expand(2, -1, -1, -1), k], dim=2)
+    full_v = torch.cat([pv.expand(2, -1, -1, -1), v], dim=2)
+    full_mask = torch.cat([torch.ones(2, 1, length, 5, dtype=torch.bool), own_mask], dim=3)
+    want, _ = sdpa_attention_forward(module, q, full_k, full_v, full_mask, scaling=0.25)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -138,7 +138,9 @@ def _with_prefix(module, query, key, value, attention_mask, scaling, prefix: Sha
             additive = additive.masked_fill(~own_mask, torch.finfo(query.dtype).min)
         out = CascadeAttention.apply(query, prefix_k, prefix_v, key, value, additive, scaling)
         return out.transpose(1, 2).contiguous(), None
-    if length > 1:  # prefill: the prefix concatenated per row, then one packed attention
+    if length > 1 and query.device.type == "cpu":  # prefill: two flash calls, as in training (no copies)
+        return _cascade_prefill(query, prefix_k, prefix_v, key, value, own_mask, scaling), None
+    if length > 1:  # elsewhere: the prefix concatenated per row, then one packed attention
         full_k = torch.cat([prefix_k.expand(batch, -1, -1, -1), key], dim=2)
         full_v = torch.cat([prefix_v.expand(batch, -1, -1, -1), value], dim=2)
         rows = own_mask.shape[0]
@@ -171,6 +173,35 @@ def _with_prefix(module, query, key, value, attention_mask, scaling, prefix: Sha
     )
     out = out + torch.bmm(p_own, value.reshape(batch * kv_heads, own, dim)).view(batch, kv_heads, groups, dim)
     return out.reshape(batch, q_heads, 1, dim).transpose(1, 2).contiguous(), None
+
+
+def _cascade_prefill(query, prefix_k, prefix_v, key, value, own_mask, scale) -> torch.Tensor:
+    """Inference prefill over a shared prefix: :class:`CascadeAttention`'s forward with a general own mask.
+
+    The prefix part reads the prefix once for every row and query head (no per-row copy of it, as concatenating
+    ``[prefix | own]`` per call did); the own part folds each K/V head's query heads into the query length and
+    takes the row's mask (holes, earlier turns); the two are merged by their log-sum-exps. A query whose own
+    columns are all masked (a padding position) gets the prefix part alone, finite. Returns ``[B, L, Hq, D]``."""
+    rows, q_heads, length, dim = query.shape
+    kv_heads, own = prefix_k.shape[1], key.shape[2]
+    groups = q_heads // kv_heads
+    fold, unfold = _folding(rows, kv_heads, groups, length)
+    out_p, lse_p = _flash(fold(query), prefix_k, prefix_v, scale=scale)
+    mask_rows = own_mask.shape[0]
+    allowed = own_mask.expand(mask_rows, 1, length, own)[:, :, None].expand(mask_rows, 1, groups, length, own)
+    additive = torch.zeros(allowed.shape, dtype=query.dtype, device=query.device)
+    additive = additive.masked_fill(~allowed, torch.finfo(query.dtype).min).reshape(
+        mask_rows, 1, groups * length, own
+    )
+    q_own = query.reshape(rows, kv_heads, groups * length, dim)
+    out_o, lse_o = _flash(q_own, key, value, attn_mask=additive, scale=scale)
+    out_o, lse_o = out_o.reshape(rows, q_heads, length, dim), lse_o.reshape(rows, q_heads, length)
+    lse_p = unfold(lse_p)
+    lse = torch.logaddexp(lse_p, lse_o)
+    weight_p = (lse_p - lse).exp().unsqueeze(-1).to(query.dtype)
+    weight_o = (lse_o - lse).exp().unsqueeze(-1).to(query.dtype)
+    out = unfold(out_p) * weight_p + out_o * weight_o
+    return out.transpose(1, 2).contiguous()
 
 
 def _needs_grad(*tensors: torch.Tensor) -> bool:
