@@ -27,8 +27,8 @@ from torch import nn
 from torch.nn import functional as F
 
 BASE_SLOT = 0
-# Up to this many tokens per forward with mixed slots (decode steps), a token's update is computed with its
-# own gathered adapter weights (a fixed number of ops) instead of one group per slot.
+# Up to this many tokens per forward with mixed slots (decode steps), the updates are computed for all adapters
+# at once and masked per token (a fixed number of ops) instead of one group per slot.
 PER_TOKEN_MAX = 64
 # Benchmarks set this to label the gate / gather / matmul / scatter regions for torch.profiler.
 PROFILE = False
@@ -50,8 +50,22 @@ class RoutingPlan:
     groups: list[tuple[int, torch.Tensor | None]]  # (slot >= 1, row indices or None = every row)
     st_scale: torch.Tensor | None = None  # (T,) straight-through factor, training only
     dense: torch.Tensor | None = None  # (T, N+1) mixing weights when every slot is computed (benchmarks)
-    per_token: bool = False  # few tokens (decode): gather each token's adapter weights instead of its rows
+    per_token: bool = (
+        False  # few tokens (decode): all adapters' factors at once, masked per token (no gathers)
+    )
     _gathered: tuple[torch.Tensor, list[torch.Tensor]] | None = field(default=None, repr=False)
+    _masks: dict[tuple, torch.Tensor] | None = field(default=None, repr=False)
+
+    def rank_mask(self, adapters: int, rank: int, dtype: torch.dtype) -> torch.Tensor:
+        """``(T, adapters * rank)``: 1 over the rank block of each token's own adapter (slot k: block k - 1), 0
+        elsewhere (a base-slot token: all 0). Made once per layer and shared by its routed linears."""
+        key = (adapters, rank, dtype)
+        if self._masks is None:
+            self._masks = {}
+        if key not in self._masks:
+            own = self.slots[:, None] == torch.arange(1, adapters + 1, device=self.slots.device)[None, :]
+            self._masks[key] = own.repeat_interleave(rank, dim=1).to(dtype)
+        return self._masks[key]
 
     def gathered(self, x: torch.Tensor, flat_x: torch.Tensor) -> list[torch.Tensor]:
         """Rows of ``flat_x`` per group; q/k/v (and gate/up) projections receive the same input tensor ``x``,
@@ -159,7 +173,7 @@ class RoutedLoRALinear(nn.Module):
         flat_out = out.reshape(-1, self.out_features)  # a view: the adds below write into ``out``
         flat_x = x.reshape(-1, self.in_features)
         if plan.per_token:
-            self._per_token_update(flat_x, flat_out, plan.slots)
+            self._per_token_update(flat_x, flat_out, plan)
             return out
         for (slot, idx), xs in zip(plan.groups, plan.gathered(x, flat_x), strict=True):
             k = slot - 1
@@ -180,35 +194,37 @@ class RoutedLoRALinear(nn.Module):
         return flat_out.reshape(shape)
 
     def _stacked(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """A and B of every slot stacked (slot 0 = zeros, ranks zero-padded, scaling folded into B)."""
+        """Every adapter's A stacked along the rank, ``[N*r, in]``, and its B side by side with the scaling folded
+        in, ``[out, N*r]`` (ranks zero-padded to the largest)."""
         a0 = self.lora_A[0]
         cached = self._stack_cache
         if cached is not None and cached[0].dtype == a0.dtype and cached[0].device == a0.device:
             return cached
         rank = max(a.shape[0] for a in self.lora_A)
-        slots = len(self.lora_A) + 1
-        big_a = a0.new_zeros(slots, rank, self.in_features)
-        big_b = a0.new_zeros(slots, self.out_features, rank)
+        n = len(self.lora_A)
+        big_a = a0.new_zeros(n * rank, self.in_features)
+        big_b = a0.new_zeros(self.out_features, n * rank)
         with torch.no_grad():
-            for k, (a, b) in enumerate(zip(self.lora_A, self.lora_B, strict=True), start=1):
-                big_a[k, : a.shape[0]] = a
-                big_b[k, :, : b.shape[1]] = b * self.scaling[k - 1]
+            for k, (a, b) in enumerate(zip(self.lora_A, self.lora_B, strict=True)):
+                big_a[k * rank : k * rank + a.shape[0]] = a
+                big_b[:, k * rank : k * rank + b.shape[1]] = b * self.scaling[k]
         self._stack_cache = (big_a, big_b)
         return self._stack_cache
 
-    def _per_token_update(self, flat_x: torch.Tensor, flat_out: torch.Tensor, slots: torch.Tensor) -> None:
-        """Decode-sized batches: each token's own adapter weights, gathered by slot, in two batched matmuls.
+    def _per_token_update(self, flat_x: torch.Tensor, flat_out: torch.Tensor, plan: RoutingPlan) -> None:
+        """Decode-sized batches: every adapter's A for every token in one matmul, each token's block of the
+        result kept by a mask (its own slot's, none for the base), then every B in one matmul.
 
-        Same work per token as the grouped path (one adapter), but a fixed handful of ops per linear instead
-        of five per occupied slot; with a few tokens per step the per-op overhead is what costs.
+        Each token gets exactly its own adapter's update (the other blocks are zeros), in four ops per linear
+        whatever the number of slots in use: with a few tokens per step the per-op overhead is what costs, and
+        the stacked factors are small (N*r rows) where gathering each token's own B copied ``out x r`` weights
+        per token (1.7x the merged model's decode time at N = 4; see ``benchmarks/bench_compose.py``).
         """
         big_a, big_b = self._stacked()
-        with _region("compose.gather"):
-            a = big_a.index_select(0, slots)  # (T, r, in)
-            b = big_b.index_select(0, slots)  # (T, out, r)
         with _region("compose.lora_matmul"):
-            h = torch.bmm(a, flat_x.to(a.dtype).unsqueeze(-1))  # (T, r, 1)
-            y = torch.bmm(b, h).squeeze(-1)
+            h = F.linear(flat_x.to(big_a.dtype), big_a)  # (T, N*r)
+            h = h * plan.rank_mask(len(self.lora_A), big_a.shape[0] // len(self.lora_A), h.dtype)
+            y = F.linear(h, big_b)
         with _region("compose.scatter"):
             flat_out.add_(y.to(flat_out.dtype))
 
