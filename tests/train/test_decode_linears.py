@@ -105,3 +105,17 @@ def test_the_engine_routes_its_decode_steps_and_decodes_as_before(monkeypatch):
         routed, used = decode(True, batch)
         assert routed == plain
         assert (used.native_calls if len(batch) <= NATIVE_MAX_ROWS else used.packed_calls) > 0
+
+
+@needs_packing
+def test_a_block_inside_a_block_routes_nothing_twice_and_the_outer_one_restores():
+    model = _model()
+    routed = DecodeLinears(model)
+    with routed.active() as outer:
+        with routed.active() as inner:
+            pass
+        assert all(
+            "forward" in m.__dict__ for m in (model[0], model[2])
+        )  # still routed until the outer exits
+    assert (outer, inner) == (2, 0)
+    assert all("forward" not in m.__dict__ for m in model.modules())

@@ -73,14 +73,16 @@ class DecodeLinears:
     @contextmanager
     def active(self) -> Iterator[int]:
         """Route the eligible linears inside the block; yields how many were routed."""
-        modules = self.eligible()
-        for m in modules:
-            m.forward = self._forward_of(m)  # an instance attribute shadows nn.Linear.forward
+        modules = self.eligible()  # a module already routed (a block inside a block) is not eligible again
+        routed = [(m, self._forward_of(m)) for m in modules]
+        for m, forward in routed:
+            m.forward = forward  # an instance attribute shadows nn.Linear.forward
         try:
             yield len(modules)
         finally:
-            for m in modules:
-                del m.forward
+            for m, forward in routed:
+                if m.__dict__.get("forward") is forward:  # only what this block set
+                    del m.forward
 
     def _forward_of(self, module: nn.Linear):
         plain = nn.Linear.forward.__get__(module)
