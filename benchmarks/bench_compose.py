@@ -148,10 +148,7 @@ def main() -> None:
             },
         }
         print_decode(result)
-        out = Path(a.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2))
-        print(f"\nwritten to {out}")
+        write_result(result, Path(a.out))
         return
 
     def fwd(model):
@@ -248,7 +245,10 @@ def main() -> None:
         },
     }
     print_report(result)
-    out = Path(a.out)
+    write_result(result, Path(a.out))
+
+
+def write_result(result: dict[str, Any], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"\nwritten to {out}")

@@ -50,9 +50,8 @@ class RoutingPlan:
     groups: list[tuple[int, torch.Tensor | None]]  # (slot >= 1, row indices or None = every row)
     st_scale: torch.Tensor | None = None  # (T,) straight-through factor, training only
     dense: torch.Tensor | None = None  # (T, N+1) mixing weights when every slot is computed (benchmarks)
-    per_token: bool = (
-        False  # few tokens (decode): all adapters' factors at once, masked per token (no gathers)
-    )
+    # few tokens (decode): all adapters' factors at once, masked per token (no gathers)
+    per_token: bool = False
     _gathered: tuple[torch.Tensor, list[torch.Tensor]] | None = field(default=None, repr=False)
     _masks: dict[tuple, torch.Tensor] | None = field(default=None, repr=False)
 

@@ -196,12 +196,17 @@ def _cascade_prefill(query, prefix_k, prefix_v, key, value, own_mask, scale) -> 
     q_own = query.reshape(rows, kv_heads, groups * length, dim)
     out_o, lse_o = _flash(q_own, key, value, attn_mask=additive, scale=scale)
     out_o, lse_o = out_o.reshape(rows, q_heads, length, dim), lse_o.reshape(rows, q_heads, length)
-    lse_p = unfold(lse_p)
-    lse = torch.logaddexp(lse_p, lse_o)
-    weight_p = (lse_p - lse).exp().unsqueeze(-1).to(query.dtype)
-    weight_o = (lse_o - lse).exp().unsqueeze(-1).to(query.dtype)
-    out = unfold(out_p) * weight_p + out_o * weight_o
+    out, _ = _merge(unfold(out_p), unfold(lse_p), out_o, lse_o)
     return out.transpose(1, 2).contiguous()
+
+
+def _merge(out_p, lse_p, out_o, lse_o) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two attention outputs over disjoint key sets, ``[..., D]`` with their log-sum-exps ``[...]``, as one
+    softmax over both key sets would give: the output and the merged log-sum-exp."""
+    lse = torch.logaddexp(lse_p, lse_o)
+    weight_p = (lse_p - lse).exp().unsqueeze(-1).to(out_p.dtype)
+    weight_o = (lse_o - lse).exp().unsqueeze(-1).to(out_o.dtype)
+    return out_p * weight_p + out_o * weight_o, lse
 
 
 def _needs_grad(*tensors: torch.Tensor) -> bool:
@@ -242,11 +247,7 @@ class CascadeAttention(torch.autograd.Function):
             out_o, lse_o = _flash(query, key_r, value_r, is_causal=True, scale=scale)
         else:
             out_o, lse_o = _flash(query, key_r, value_r, attn_mask=own_mask, scale=scale)
-        lse_p = unfold(lse_p)
-        lse = torch.logaddexp(lse_p, lse_o)
-        weight_p = (lse_p - lse).exp().unsqueeze(-1).to(query.dtype)
-        weight_o = (lse_o - lse).exp().unsqueeze(-1).to(query.dtype)
-        out = unfold(out_p) * weight_p + out_o * weight_o
+        out, lse = _merge(unfold(out_p), unfold(lse_p), out_o, lse_o)
         ctx.save_for_backward(query, prefix_k, prefix_v, key_r, value_r, out, lse)
         ctx.own_mask, ctx.scale, ctx.groups = own_mask, scale, groups
         return out
