@@ -466,6 +466,13 @@ class GRPOSettings:
         "that fit, and training stops when no group fits; 0: no budget",
         minimum=0,
     )
+    flop_budget: float = knob(
+        0.0,
+        "spend at most this much model compute, in FLOPs (the rollouts' prefill and decode and the optimiser's "
+        "forward and backward, as trace_train.roofline counts them): a step takes only the groups that fit at "
+        "the run's mean FLOPs per rollout so far, and training stops when none fits; 0: no budget",
+        minimum=0,
+    )
     min_oracle_ceiling: float = knob(
         0.9,
         "refuse a run where the oracle's own episode fits max_new_tokens and max_turns on fewer of its first 16 "
@@ -504,6 +511,8 @@ class GRPOSettings:
             raise ValueError(f"--max-grad-norm must be > 0, got {self.max_grad_norm}")
         self.loss_config()  # loss type, clip range, beta, is_cap
         _check_positive(self, "rollout_budget", minimum=0)
+        if self.flop_budget < 0:
+            raise ValueError(f"--flop-budget must be >= 0, got {self.flop_budget}")
         if 0 < self.rollout_budget < self.group_size:
             raise ValueError(
                 f"--rollout-budget {self.rollout_budget} fits no group of --group-size {self.group_size}: "

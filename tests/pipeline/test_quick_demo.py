@@ -32,8 +32,14 @@ def test_quick_demo_runs_every_stage_then_skips_them(tmp_path):
     rows = json.loads((out / "08-evaluation" / "table.json").read_text())["rows"]
     assert {r["method"] for r in rows} >= {"base", "router", "moe", "direct_grpo"}
     # every method is tested against the base and against direct GRPO (the fair baseline), on the same tasks
-    others = [r for r in rows if r["method"] not in ("base", "direct_grpo")]
+    others = [r for r in rows if r["method"] not in ("base", "direct_grpo", "direct_grpo_compute")]
     assert all("kept_share" in r["vs_base"] and "vs_direct_grpo" in r for r in others)
+    # the equal-compute baseline: GRPO on the target until the adapters' and gate data's model FLOPs are spent
+    by_method = {r["method"]: r for r in rows}
+    compute, moe = by_method["direct_grpo_compute"], by_method["moe"]
+    assert all("vs_direct_grpo_compute" in r for r in others)
+    assert 0 < compute["train_flops"] and 0 < moe["train_flops"]
+    assert compute["train_rollouts"] > 0
     # the router's episodes on the tasks it gave the base slot are the base's own records, the rest its own
     routes = json.loads((out / "08-evaluation" / "router_routes.json").read_text())
     (router,) = [r for r in rows if r["method"] == "router"]

@@ -25,10 +25,14 @@ def _ctx(with_direct: bool) -> SimpleNamespace:
     base, moe, direct = _episodes({0, 1, 2, 3}), _episodes({3, 5}), _episodes({1, 5, 6})
     rows = [_row("base", base), _row("moe", moe)]
     rows[1]["vs_base"] = _paired(base, moe)
-    if with_direct:
+    if with_direct:  # both fair baselines: equal rollouts and equal compute
+        compute = _episodes({3, 4})
         rows.append(_row("direct_grpo", direct))
+        rows.append(_row("direct_grpo_compute", compute) | {"train_flops": 2.5e12})
         rows[2]["vs_base"] = _paired(base, direct)
+        rows[3]["vs_base"] = _paired(base, compute)
         rows[1]["vs_direct_grpo"] = _paired(direct, moe)
+        rows[1]["vs_direct_grpo_compute"] = _paired(compute, moe)
     return SimpleNamespace(
         config=SimpleNamespace(target=SimpleNamespace(env_id="trace/x-v0")),
         upstream={"evaluation": {"rows": rows, "not_run": {}}, "adapters": {"adapters": {}}},
@@ -45,8 +49,12 @@ def test_every_cell_sits_under_its_header(with_direct):
     assert moe["gained/lost"] == "+1/-3"
     assert moe["reward diff (95% CI)"].startswith("-0.250")
     if with_direct:  # against direct GRPO: gains 1 (task 3), loses 2 (tasks 1, 6)
-        assert moe["gained/lost vs direct"] == "+1/-2"
+        assert moe["gained/lost vs direct GRPO"] == "+1/-2"
+        # against the equal-compute row (tasks 3 and 4): gains task 5, loses task 4
+        assert moe["gained/lost vs direct GRPO (equal compute)"] == "+1/-1"
         assert dict(zip(header, rows[0], strict=True))["p vs direct GRPO"] == "-"
+        assert dict(zip(header, rows[3], strict=True))["train TFLOP"] == "2.5"
+        assert moe["train TFLOP"] == "-"  # not recorded for this row
     else:
         assert "p vs direct GRPO" not in header
 

@@ -116,3 +116,36 @@ def test_a_budget_under_one_group_is_refused():
 def test_mixing_needs_a_target():
     with pytest.raises(ValueError, match="--target-env-id"):
         _args("m", "o", target_env_id=None, target_share=0.5)
+
+
+def test_a_flop_budget_stops_the_run_at_the_compute_spent(tiny_model_dir, tmp_path, monkeypatch):
+    """The equal-compute baseline's budget: with room for about one and a half steps of model FLOPs (measured on
+    a first run), step 1 is whole, step 2 takes only the groups that fit at the mean FLOPs per rollout, and no
+    third step starts. The totals are the ledger's: rollouts' prefill and decode plus training."""
+    calls = _record(monkeypatch)
+    probe = GRPOTrainer(_args(tiny_model_dir, tmp_path / "p", steps=1))
+    probe.train()
+    one_step = probe.state["flops"]
+    assert one_step > 0 and probe.state["tokens"] > 0
+    calls.clear()
+    trainer = GRPOTrainer(_args(tiny_model_dir, tmp_path / "f", flop_budget=1.5 * one_step))
+    result = trainer.train()
+    assert result["step"] == 2
+    assert len(calls[0]) == 8 and 0 < len(calls[1]) < 8
+    lines = [json.loads(x) for x in (tmp_path / "f" / "metrics.jsonl").read_text().splitlines()]
+    assert lines[-1]["flops_total"] == trainer.state["flops"]
+    # resumable: the checkpoint keeps the compute spent, so a resumed run does not start the budget afresh
+    resumed = GRPOTrainer(
+        _args(
+            tiny_model_dir,
+            tmp_path / "f",
+            flop_budget=1.5 * one_step,
+            resume=str(tmp_path / "f" / "checkpoints"),
+        )
+    )
+    assert resumed.state["flops"] == trainer.state["flops"] and resumed._groups_that_fit()[0] == 0
+
+
+def test_a_negative_flop_budget_is_refused():
+    with pytest.raises(ValueError, match="--flop-budget"):
+        _args("m", "o", flop_budget=-1.0)

@@ -50,7 +50,7 @@ from trace_train.metrics import MetricsLogger
 from trace_train.policies.base import SamplingConfig
 from trace_train.policies.hf import HFPolicy, ensure_lora
 from trace_train.rollout import ResetSpec, RolloutStats, Trajectory, collect
-from trace_train.roofline import LEDGER, account, account_metrics
+from trace_train.roofline import LEDGER, PhaseWork, account, account_metrics
 
 
 class NonFiniteError(FloatingPointError):
@@ -124,6 +124,8 @@ class GRPOTrainer:
             "skipped_steps": 0,
             "next_target_task": 0,
             "rollouts": 0,
+            "flops": 0.0,  # model compute spent so far (prefill, decode, training): --flop-budget
+            "tokens": 0,  # tokens through the model in those phases
         }
         # refuse up front a run whose tasks would leave the train split (the most it can take, refills included)
         refills = args.max_refill_rounds if args.dynamic_sampling else 0
@@ -137,6 +139,8 @@ class GRPOTrainer:
             )
             self.state.setdefault("next_target_task", 0)
             self.state.setdefault("rollouts", 0)
+            self.state.setdefault("flops", 0.0)
+            self.state.setdefault("tokens", 0)
             if self.curriculum is not None:
                 self.curriculum.load_state_dict(self.state.get("curriculum", {}))
         self.remote = None
@@ -265,8 +269,17 @@ class GRPOTrainer:
         return self.reward_choice.of(t.reward, t.info, self.shaped_keys.get(getattr(t.spec, "source", MAIN)))
 
     def _budget_left(self) -> float:
+        """Rollouts left: by the rollout budget, and by the FLOP budget at the mean FLOPs per rollout so far
+        (before the first step there is no mean, so the first step is whole)."""
         a = self.args
-        return a.rollout_budget - self.state["rollouts"] if a.rollout_budget else math.inf
+        left = a.rollout_budget - self.state["rollouts"] if a.rollout_budget else math.inf
+        if a.flop_budget:
+            remaining = a.flop_budget - self.state["flops"]
+            if remaining <= 0:
+                return 0
+            if self.state["rollouts"]:
+                left = min(left, remaining / (self.state["flops"] / self.state["rollouts"]))
+        return left
 
     def _groups_that_fit(self) -> tuple[int, int]:
         """(groups, of which from the target) for the next step: ``groups_per_step``, or fewer in the step that
@@ -688,9 +701,11 @@ class GRPOTrainer:
                 metrics["env_seconds"] = stats.env_seconds
                 metrics["peak_memory_mb"] = _peak_memory_mb()
                 metrics["skipped_updates"] = self.state["skipped_steps"]
-                metrics.update(
-                    account_metrics(account(LEDGER.since(step_work), time.perf_counter() - step_t0))
-                )
+                work = LEDGER.since(step_work)
+                metrics.update(account_metrics(account(work, time.perf_counter() - step_t0)))
+                self._count_compute(work)
+                metrics["flops_total"] = self.state["flops"]
+                metrics["tokens_total"] = self.state["tokens"]
                 metrics = self._reduce(metrics)
                 logger.log(self.state["step"], metrics)
                 last = metrics
@@ -704,6 +719,17 @@ class GRPOTrainer:
         self.acc.wait_for_everyone()
         roofline = account(LEDGER.since(run_work), time.perf_counter() - run_t0)
         return {"step": self.state["step"], **last, "roofline": roofline}
+
+    def _count_compute(self, work: dict[str, PhaseWork]) -> None:
+        """Add a step's model FLOPs and tokens (every phase, summed over the processes) to the run's totals."""
+        total = torch.tensor(
+            [sum(w.flops for w in work.values()), float(sum(w.tokens for w in work.values()))],
+            dtype=torch.float64,
+        )
+        if self.world > 1:  # every process must see the same totals, or their budget checks part ways
+            total = self.acc.reduce(total.to(self.acc.device), reduction="sum").cpu()
+        self.state["flops"] += float(total[0])
+        self.state["tokens"] += int(total[1])
 
     def _reduce(self, metrics: dict[str, float]) -> dict[str, float]:
         if self.world == 1:

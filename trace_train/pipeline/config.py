@@ -208,8 +208,9 @@ class EvaluationConfig(EvalSettings):
     )
     methods: list[str] = knob(
         ["base", "adapters", "router", "moe"],
-        "what is evaluated: base, adapters (each adapter alone), router, moe, direct_grpo",
-        items={"enum": ["base", "adapters", "router", "moe", "direct_grpo"]},
+        "what is evaluated: base, adapters (each adapter alone), router, moe, direct_grpo (GRPO on the target, "
+        "as many rollouts as the adapters), direct_grpo_compute (the same, as much training compute)",
+        items={"enum": ["base", "adapters", "router", "moe", "direct_grpo", "direct_grpo_compute"]},
         uniqueItems=True,
         minItems=1,
     )

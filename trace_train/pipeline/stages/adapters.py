@@ -68,13 +68,16 @@ def train_adapter(
     rollout_budget: int | None = None,
     sft_episodes: int | None = None,
     sft_levels: list[int] | None = None,
+    flop_budget: float | None = None,
 ) -> dict[str, Any]:
     """Train (or finish) one adapter in ``out``; returns its summary, also written to ``out/summary.json``.
 
     With ``rollout_budget``, training spends at most that many rollouts (dynamic sampling's refills included;
     the last step takes only the groups that fit): the fair baseline gets the same rollouts, not the same steps,
     and never more than the adapters had. ``sft_levels`` overrides ``[adapters.sft] levels`` (the start depths
-    of a capability env's oracle fit; a target has none, so the fit on the target passes ``[]``).
+    of a capability env's oracle fit; a target has none, so the fit on the target passes ``[]``). With
+    ``flop_budget``, the oracle fit's model FLOPs and GRPO's together stay within it (the equal-compute baseline):
+    GRPO gets what the fit left. The summary's ``flops`` and ``tokens`` count both.
     """
     from trace_train.config import GRPOArgs
     from trace_train.grpo.trainer import GRPOTrainer
@@ -98,6 +101,14 @@ def train_adapter(
     args = grpo_args(ctx, env_id, out, difficulty, steps, init_adapter=sft["adapter"] if sft else None)
     if rollout_budget is not None:
         args.rollout_budget = rollout_budget
+    sft_flops = sft["flops"] if sft else 0.0
+    if flop_budget is not None:
+        if flop_budget <= sft_flops:
+            raise ValueError(
+                f"{label}: a FLOP budget of {flop_budget:.3g} is spent by the oracle fit alone ({sft_flops:.3g}): "
+                "GRPO would get nothing"
+            )
+        args.flop_budget = flop_budget - sft_flops
     if (out / "checkpoints" / "latest").exists():
         args.resume = str(out / "checkpoints")
         ctx.log(f"{label}: resuming from {args.resume}")
@@ -126,6 +137,9 @@ def train_adapter(
         "adapter": str(out / "adapter"),
         "steps": steps,
         "rollouts": rollouts,
+        # training compute, oracle fit included (trace_train.roofline's count): the equal-compute baseline's budget
+        "flops": sft_flops + trainer.state["flops"],
+        "tokens": (sft["tokens"] if sft else 0) + trainer.state["tokens"],
         "wall_s": round(time.time() - started, 1),
         "reward_curve": [m.get("reward_mean") for m in metrics],
         "first_reward": metrics[0].get("reward_mean") if metrics else None,
@@ -179,6 +193,7 @@ def _sft_warmup(
         )
         summary["wall_s"] = round(time.time() - started, 1)
         done.write_text(json.dumps(summary, indent=2) + "\n")
+    phases = (summary.get("roofline") or {}).get("phases", {})
     return {
         "adapter": summary["adapter"],
         "episodes": episodes,
@@ -189,6 +204,9 @@ def _sft_warmup(
         "first_loss": summary.get("first_loss"),
         "final_loss": summary.get("final_loss"),
         "wall_s": summary.get("wall_s"),
+        # its model compute (a fit resumed in another process counts only the part this process ran)
+        "flops": sum(r.get("gflop", 0.0) for r in phases.values()) * 1e9,
+        "tokens": sum(r.get("tokens", 0) for r in phases.values()),
     }
 
 
@@ -207,6 +225,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     return {
         "adapters": adapters,
         "rollouts_total": total,
+        "flops_total": sum(s.get("flops", 0.0) for s in adapters.values()),
+        "tokens_total": sum(s.get("tokens", 0) for s in adapters.values()),
         "summary": f"{len(adapters)} adapter(s), {total} training rollouts"
         if adapters
         else "no capability to train",

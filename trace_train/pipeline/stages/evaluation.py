@@ -3,7 +3,10 @@
 Methods (``evaluation.methods``): ``base``; ``adapters`` (each capability adapter alone on the base);
 ``router`` (the paper's task-level router) and ``moe`` (the learned token-level gates) from step 4;
 ``direct_grpo``, the paper's fair baseline: GRPO directly on the target's train split with the same rollout
-budget as all capability adapters together (trained here, in ``direct_grpo/``). Each row: success with a 95%
+budget as all capability adapters together (trained here, in ``direct_grpo/``); ``direct_grpo_compute``, the same
+with the same training compute instead (model FLOPs of the adapters' oracle fits and GRPO and of the gate data, as
+``trace_train.roofline`` counts them; a derived-env rollout starts mid-task and is shorter, so this row gets fewer
+rollouts), in ``direct_grpo_compute/``. Each row: success with a 95%
 Wilson interval, mean reward, an exact McNemar test and a paired bootstrap against the base on the same seeds
 (and against direct GRPO where it was measured), the share of the base's successes the method keeps (do no
 harm), the training rollouts the method cost and the wall times. This is the only stage that touches the test split.
@@ -102,15 +105,20 @@ def run(ctx: StageContext) -> dict[str, Any]:
     trajectories: dict[str, list[dict[str, Any]]] = {}
     not_run: dict[str, str] = {}
 
-    def add(row, trajs, train_rollouts, train_wall_s):
-        row.update(train_rollouts=train_rollouts, train_wall_s=train_wall_s)
+    def add(row, trajs, train_rollouts, train_wall_s, train_flops=None, train_tokens=None):
+        row.update(
+            train_rollouts=train_rollouts,
+            train_wall_s=train_wall_s,
+            train_flops=train_flops,  # model compute of the method's training (trace_train.roofline's count)
+            train_tokens=train_tokens,
+        )
         rows.append(row)
         trajectories[row["method"]] = trajs
 
     base_wall = ctx.upstream["base"].get("wall_s", 0.0)
     base_policy = make_base_policy(cfg, model)
     row, trajs = _evaluate(ctx, "base", base_policy, "base")
-    add(row, trajs, 0, base_wall)
+    add(row, trajs, 0, base_wall, 0.0, 0)
     release(base_policy)
     del base_policy
 
@@ -123,7 +131,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
                 )
             finally:
                 release(policy)
-            add(row, trajs, info["rollouts"], info["wall_s"])
+            add(row, trajs, info["rollouts"], info["wall_s"], info.get("flops"), info.get("tokens"))
             del policy
 
     gate_rollouts = int(gates.get("data_rollouts", 0) or 0)
@@ -153,7 +161,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             routes, reuse = router_reuse(policy, {"base": trajectories["base"]})
             write_json(ctx.dir / "router_routes.json", {str(seed): slot for seed, slot in routes.items()})
         row, trajs = _evaluate(ctx, method, policy, method, reuse=reuse)
-        add(row, trajs, all_rollouts, all_wall)
+        add(row, trajs, all_rollouts, all_wall, trace_flops or None, trace_tokens or None)
         if method == "moe" and getattr(policy, "choices", None):
             _routing_picture(ctx, policy)
         if method == "moe":
@@ -163,42 +171,67 @@ def run(ctx: StageContext) -> dict[str, Any]:
             row["reused_base_episodes"] = len(reuse)
         del policy
 
-    def direct_grpo() -> None:
+    # TRACE's training compute: the adapters' oracle fits and GRPO, and the gate data (0 for a run made before
+    # the count existed)
+    trace_flops = ctx.upstream["adapters"].get("flops_total", 0.0) + float(gates.get("flops", 0.0) or 0.0)
+    trace_tokens = ctx.upstream["adapters"].get("tokens_total", 0) + int(gates.get("tokens", 0) or 0)
+
+    def direct_grpo(method: str) -> None:
         budget = ctx.upstream["adapters"]["rollouts_total"]
         if budget == 0:
-            not_run["direct_grpo"] = "no adapter was trained, so there is no budget to match"
+            not_run[method] = "no adapter was trained, so there is no budget to match"
             return
         from trace_train.pipeline.stages.adapters import train_adapter
 
         a = cfg.adapters
-        # at most this many steps; training spends at most the budget (the last step takes the groups that fit)
-        steps = max(1, math.ceil(budget / (a.groups_per_step * a.group_size)))
-        ctx.log(f"direct_grpo: GRPO on {cfg.target.env_id} until {budget} rollouts (the adapters' total)")
         # and, when the adapters were first fitted to oracle episodes, as many of the target's in all
         n_adapters = len(ctx.upstream["adapters"]["adapters"])
-        info = train_adapter(
-            ctx,
-            "direct GRPO on the target",
-            cfg.target.env_id,
-            ctx.dir / "direct_grpo",
-            cfg.target.difficulty,
-            steps,
-            rollout_budget=budget,
-            sft_episodes=a.sft.episodes * n_adapters,
-            sft_levels=[],  # [adapters.sft] levels are capability envs' start depths; the target has none
-        )
+        budgets: dict[str, Any] = {"rollout_budget": budget}
+        if method == "direct_grpo_compute":
+            if not trace_flops:
+                not_run[method] = "the adapters' training compute was not recorded (a run from before it was)"
+                return
+            budgets = {"flop_budget": trace_flops}
+            ctx.log(
+                f"{method}: GRPO on {cfg.target.env_id} until {trace_flops / 1e12:.2f} TFLOP "
+                "(the adapters' oracle fits and GRPO and the gate data)"
+            )
+        else:
+            ctx.log(f"{method}: GRPO on {cfg.target.env_id} until {budget} rollouts (the adapters' total)")
+        # at most this many steps; training spends at most the budget (the last step takes the groups that fit).
+        # The compute budget may buy more rollouts than the adapters had (a rollout that ends early is cheap)
+        steps = max(1, math.ceil(budget / (a.groups_per_step * a.group_size)))
+        if "flop_budget" in budgets:
+            steps *= 4
+        try:
+            info = train_adapter(
+                ctx,
+                f"direct GRPO on the target ({'equal compute' if 'flop_budget' in budgets else 'equal rollouts'})",
+                cfg.target.env_id,
+                ctx.dir / method,
+                cfg.target.difficulty,
+                steps,
+                sft_episodes=a.sft.episodes * n_adapters,
+                sft_levels=[],  # [adapters.sft] levels are capability envs' start depths; the target has none
+                **budgets,
+            )
+        except ValueError as err:  # the oracle fit alone spends the compute budget
+            not_run[method] = str(err)
+            ctx.log(f"{method}: not trained: {err}")
+            return
         policy = make_base_policy(cfg, model, info["adapter"])
         try:
-            row, trajs = _evaluate(ctx, "direct_grpo", policy, "direct_grpo-eval")
+            row, trajs = _evaluate(ctx, method, policy, f"{method}-eval")
         finally:
             release(policy)
-        add(row, trajs, info["rollouts"], info["wall_s"])
+        add(row, trajs, info["rollouts"], info["wall_s"], info.get("flops"), info.get("tokens"))
 
     # the rows the answer needs first (MoE and direct GRPO), then the router and each adapter alone: a run stopped
     # late keeps what matters most (each finished row is in methods.jsonl, and a resumed run skips it)
     run_method = {
         "moe": lambda: composed("moe"),
-        "direct_grpo": direct_grpo,
+        "direct_grpo": lambda: direct_grpo("direct_grpo"),
+        "direct_grpo_compute": lambda: direct_grpo("direct_grpo_compute"),
         "router": lambda: composed("router"),
         "adapters": adapters_alone,
     }
@@ -209,7 +242,14 @@ def run(ctx: StageContext) -> dict[str, Any]:
         not_run["direct_grpo"] = (
             "left out by the config (evaluation.methods); the fair baseline was not measured"
         )
-    display = ["base", *(f"adapter:{cap}" for cap in adapters), "router", "moe", "direct_grpo"]
+    display = [
+        "base",
+        *(f"adapter:{cap}" for cap in adapters),
+        "router",
+        "moe",
+        "direct_grpo",
+        "direct_grpo_compute",
+    ]
     rows.sort(key=lambda r: display.index(r["method"]))
 
     from trace_gym.records import milestone_pass
@@ -220,9 +260,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
         row["milestones"] = {cap: list(milestone_pass(mine, cap)) for cap in adapters}
         if row["method"] != "base":
             row["vs_base"] = _paired(_same_tasks(trajectories["base"], mine), mine)
-        if "direct_grpo" in trajectories and row["method"] not in ("base", "direct_grpo"):
-            # the question a user asks first: better than training on the target directly?
-            row["vs_direct_grpo"] = _paired(_same_tasks(trajectories["direct_grpo"], mine), mine)
+        for direct in ("direct_grpo", "direct_grpo_compute"):
+            if direct in trajectories and row["method"] not in ("base", "direct_grpo", "direct_grpo_compute"):
+                # the question a user asks first: better than training on the target directly?
+                row[f"vs_{direct}"] = _paired(_same_tasks(trajectories[direct], mine), mine)
     write_json(ctx.dir / "table.json", {"rows": rows, "not_run": not_run, "env_id": cfg.target.env_id})
     best = max(rows, key=lambda r: r["success_rate"])
     return {

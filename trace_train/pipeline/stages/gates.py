@@ -55,7 +55,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
         resume=ctx.resume and (ctx.dir / "gate_data.pt").is_file(),
         tensorboard=False,
     )
-    started = time.time()
+    from trace_train.roofline import LEDGER
+
+    started, work_before = time.time(), LEDGER.snapshot()
     ctx.log(f"gate data from {len(names)} adapter env(s), then {g.steps} gate steps")
     try:
         with ctx.bar("gate steps", g.steps) as bar:  # plain lines in a log (the data collection comes first)
@@ -78,6 +80,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "final": {k: v for k, v in last.items() if isinstance(v, int | float)},
         "data": last.get("data"),  # per slot: episodes, kept, success (oracle stand-ins marked "(oracle)")
         "data_rollouts": len(names) * (g.episodes_per_env + g.base_episodes_per_env) + g.base_target_episodes,
+        # the model compute the ledger saw (the gate data's rollouts; a resumed stage counts this process's part)
+        "flops": sum(w.flops for w in LEDGER.since(work_before).values()),
+        "tokens": sum(w.tokens for w in LEDGER.since(work_before).values()),
         "wall_s": round(time.time() - started, 1),
         "summary": f"gates over {names}: final loss {last.get('loss', float('nan')):.3f}",
     }

@@ -332,7 +332,7 @@ def _reward_diff(paired: dict[str, Any] | None) -> str:
 def evaluation_section(ctx: StageContext) -> Section:
     cfg, ev = ctx.config, ctx.upstream["evaluation"]
     rows_in = ev["rows"]
-    direct = any("vs_direct_grpo" in r for r in rows_in)
+    direct = any(f"vs_{d}" in r for r in rows_in for d in DIRECT_ROWS)
     s = Section(f"Final table: {cfg.target.env_id}, test split")
     s.paragraphs.append(
         f"{rows_in[0]['episodes']} test tasks, the same for every method (greedy decoding). 95% Wilson intervals; "
@@ -344,7 +344,10 @@ def evaluation_section(ctx: StageContext) -> Section:
             if direct
             else ""
         )
-        + "Rollouts: training episodes the method cost beyond the base agent (router and MoE: all adapters plus the gate data)."
+        + "Rollouts: training episodes the method cost beyond the base agent (router and MoE: all adapters plus the gate data). "
+        "Train TFLOP: the model compute of that training, oracle fits included (trace_train.roofline's count: "
+        "2 x parameters per token forward, 6x trained, plus attention). Direct GRPO (equal rollouts) gets as many "
+        "rollouts as the adapters; direct GRPO (equal compute) as many FLOPs as the adapters and the gate data."
     )
     fitted = [info["sft"] for info in ctx.upstream["adapters"]["adapters"].values() if info.get("sft")]
     if fitted:
@@ -353,10 +356,10 @@ def evaluation_section(ctx: StageContext) -> Section:
             f"Every adapter was first fitted by SFT to {n} oracle episodes of its env (step 3); direct GRPO, where "
             f"measured, to {n * len(fitted)} oracle episodes of the target. Oracle episodes are not in Rollouts."
         )
-    direct = any("vs_direct_grpo" in r for r in rows_in)
+    directs = [d for d in DIRECT_ROWS if any(f"vs_{d}" in r for r in rows_in)]
     rows = []
     for r in rows_in:
-        vs, vd = r.get("vs_base"), r.get("vs_direct_grpo")
+        vs = r.get("vs_base")
         cells = [
             r["method"],
             fmt(r["success_rate"]),
@@ -367,13 +370,20 @@ def evaluation_section(ctx: StageContext) -> Section:
             _reward_diff(vs),
             fmt(vs.get("kept_share")) if vs and vs.get("kept_share") is not None else "-",
         ]
-        if direct:
+        for d in directs:
+            vd = r.get(f"vs_{d}")
             cells += [
                 p_value(vd["mcnemar_p"]) if vd else "-",
                 f"+{vd['only_b']}/-{vd['only_a']}" if vd else "-",
+                _reward_diff(vd),
             ]
-            cells.append(_reward_diff(vd))
-        cells += [str(r["train_rollouts"]), fmt(r.get("train_wall_s"), 0), fmt(r["eval_wall_s"], 0)]
+        flops = r.get("train_flops")
+        cells += [
+            str(r["train_rollouts"]),
+            "-" if flops is None else f"{flops / 1e12:.1f}",
+            fmt(r.get("train_wall_s"), 0),
+            fmt(r["eval_wall_s"], 0),
+        ]
         rows.append(cells)
     header = [
         "method",
@@ -385,9 +395,10 @@ def evaluation_section(ctx: StageContext) -> Section:
         "reward diff (95% CI)",
     ]
     header.append("base successes kept")
-    if direct:
-        header += ["p vs direct GRPO", "gained/lost vs direct", "reward diff vs direct (95% CI)"]
-    header += ["rollouts", "train wall s", "eval wall s"]
+    for d in directs:
+        name = DIRECT_LABELS[d]
+        header += [f"p vs {name}", f"gained/lost vs {name}", f"reward diff vs {name} (95% CI)"]
+    header += ["rollouts", "train TFLOP", "train wall s", "eval wall s"]
     s.tables.append((header, rows))
     s.images.append(
         (
@@ -493,6 +504,8 @@ def gain_section(ctx: StageContext) -> Section:
     return s
 
 
+DIRECT_ROWS = ("direct_grpo", "direct_grpo_compute")  # GRPO on the target: equal rollouts, equal compute
+DIRECT_LABELS = {"direct_grpo": "direct GRPO", "direct_grpo_compute": "direct GRPO (equal compute)"}
 SIGNIFICANCE = 0.05  # the answer calls a difference only where the exact McNemar test says so at this level
 
 
@@ -526,36 +539,44 @@ def answer_section(ctx: StageContext) -> Section:
         return s
     row = rows[trace_method]
     vs_base, base_figures = _compared(row, "vs_base", "the base")
-    vs_direct, direct_figures = _compared(row, "vs_direct_grpo", "direct GRPO")
-    if vs_base == "better" and vs_direct == "better":
-        answer = "Yes"
-    elif "direct_grpo" not in rows:
+    directs = [d for d in DIRECT_ROWS if d in rows]
+    versus = [(vs_base, "the base")]
+    figures = [base_figures]
+    for d in directs:
+        verdict, fig = _compared(row, f"vs_{d}", DIRECT_LABELS[d])
+        versus.append((verdict, DIRECT_LABELS[d]))
+        figures.append(fig)
+    if not directs:
         answer = "Not answered: direct GRPO, the fair baseline, was not measured"
+    elif all(v == "better" for v, _ in versus):
+        answer = "Yes"
     else:
-        worse = [n for v, n in ((vs_base, "the base"), (vs_direct, "direct GRPO")) if v == "worse"]
-        level = [n for v, n in ((vs_base, "the base"), (vs_direct, "direct GRPO")) if v is None]
+        worse = [n for v, n in versus if v == "worse"]
+        level = [n for v, n in versus if v is None]
         parts = [f"worse than {' and '.join(worse)}"] if worse else []
         parts += [f"not significantly better than {' or '.join(level)}"] if level else []
         answer = "No: " + "; ".join(parts)
     name = {"moe": "the gated composition (MoE)", "router": "the task-level router"}[trace_method]
     others = ", ".join(
         f"{label} {_successes(rows[m])}"
-        for m, label in (("base", "the base"), ("direct_grpo", "direct GRPO"), ("router", "the router"))
+        for m, label in (("base", "the base"), *DIRECT_LABELS.items(), ("router", "the router"))
         if m in rows and m != trace_method
     )
     s.paragraphs.append(
         f"**{answer}.** On the same test tasks {name} solves {_successes(row)}; {others}. "
-        f"{name[0].upper() + name[1:]}: {base_figures}; {direct_figures} (a difference is called only at p < "
+        f"{name[0].upper() + name[1:]}: {'; '.join(figures)} (a difference is called only at p < "
         f"{SIGNIFICANCE})."
     )
     kept = (row.get("vs_base") or {}).get("kept_share")
     if kept is not None:
         s.paragraphs.append(f"Do no harm: it keeps {kept:.0%} of the base's test successes.")
-    labels = {"moe": "MoE", "router": "router", "direct_grpo": "direct GRPO"}
+    labels = {"moe": "MoE", "router": "router", **DIRECT_LABELS}
     costs = [
-        f"{labels[m]} {r['train_rollouts']} training rollouts, {r.get('train_wall_s') or 0:.0f} s"
+        f"{labels[m]} {r['train_rollouts']} training rollouts"
+        + (f", {r['train_flops'] / 1e12:.1f} TFLOP" if r.get("train_flops") else "")
+        + f", {r.get('train_wall_s') or 0:.0f} s"
         for m, r in rows.items()
-        if m in (trace_method, "direct_grpo")
+        if m in (trace_method, *DIRECT_ROWS)
     ]
     if costs:
         s.paragraphs.append("Training cost: " + "; ".join(costs) + ". The full table follows.")
