@@ -38,7 +38,7 @@ def test_quick_demo_runs_every_stage_then_skips_them(tmp_path):
     by_method = {r["method"]: r for r in rows}
     compute, moe = by_method["direct_grpo_compute"], by_method["moe"]
     assert all("vs_direct_grpo_compute" in r for r in others)
-    assert 0 < compute["train_flops"] and 0 < moe["train_flops"]
+    assert compute["train_flops"] > 0 and moe["train_flops"] > 0
     assert compute["train_rollouts"] > 0
     # the router's episodes on the tasks it gave the base slot are the base's own records, the rest its own
     routes = json.loads((out / "08-evaluation" / "router_routes.json").read_text())

@@ -196,3 +196,17 @@ def test_the_routing_section_names_where_the_router_sent_the_tasks(tmp_path):
     assert "Its 70 episodes on the tasks it gave the base are the base's own" in said
     router.pop("routes")  # a run from before routes were recorded says nothing about them
     assert not [p for p in gates_section(ctx).paragraphs if "task-level router" in p]
+
+
+def test_direct_grpo_trains_at_the_evaluated_difficulty_on_the_targets_own_reward():
+    """The adapters' adaptive curriculum climbs start depths; on the target the levels are task difficulties, so
+    direct GRPO stays at the evaluated one, and retail declares no shaped reward, so it trains on success."""
+    from trace_train.pipeline.config import config_from_dict
+    from trace_train.pipeline.stages.evaluation import _direct_overrides
+
+    cfg = config_from_dict(
+        {"target": {"env_id": "trace/retail-v2"}, "adapters": {"curriculum": "adaptive", "reward": "shaped"}}
+    )
+    assert _direct_overrides(cfg) == {"curriculum": "fixed", "reward": "success"}
+    cfg = config_from_dict({"target": {"env_id": "trace/retail-v2"}, "adapters": {"reward": "success"}})
+    assert _direct_overrides(cfg) == {"curriculum": "fixed"}

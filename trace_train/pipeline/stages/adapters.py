@@ -69,6 +69,7 @@ def train_adapter(
     sft_episodes: int | None = None,
     sft_levels: list[int] | None = None,
     flop_budget: float | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train (or finish) one adapter in ``out``; returns its summary, also written to ``out/summary.json``.
 
@@ -77,7 +78,8 @@ def train_adapter(
     and never more than the adapters had. ``sft_levels`` overrides ``[adapters.sft] levels`` (the start depths
     of a capability env's oracle fit; a target has none, so the fit on the target passes ``[]``). With
     ``flop_budget``, the oracle fit's model FLOPs and GRPO's together stay within it (the equal-compute baseline):
-    GRPO gets what the fit left. The summary's ``flops`` and ``tokens`` count both.
+    GRPO gets what the fit left. The summary's ``flops`` and ``tokens`` count both. ``overrides``: GRPO settings
+    that differ from ``[adapters]`` for this run (what the env cannot take, e.g. a shaped reward it does not declare).
     """
     from trace_train.config import GRPOArgs
     from trace_train.grpo.trainer import GRPOTrainer
@@ -99,6 +101,8 @@ def train_adapter(
         else None
     )
     args = grpo_args(ctx, env_id, out, difficulty, steps, init_adapter=sft["adapter"] if sft else None)
+    for key, value in (overrides or {}).items():
+        setattr(args, key, value)
     if rollout_budget is not None:
         args.rollout_budget = rollout_budget
     sft_flops = sft["flops"] if sft else 0.0

@@ -213,6 +213,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
                 steps,
                 sft_episodes=a.sft.episodes * n_adapters,
                 sft_levels=[],  # [adapters.sft] levels are capability envs' start depths; the target has none
+                overrides=_direct_overrides(cfg),
                 **budgets,
             )
         except ValueError as err:  # the oracle fit alone spends the compute budget
@@ -272,6 +273,24 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "summary": f"base {rows[0]['success_rate']:.3f}; best {best['method']} {best['success_rate']:.3f} "
         f"on {rows[0]['episodes']} test tasks",
     }
+
+
+def _direct_overrides(cfg) -> dict[str, Any]:
+    """``[adapters]`` settings that GRPO on the target cannot take as they are. A target's levels are task
+    difficulties, not start depths: an adaptive curriculum would climb to harder tasks than the ones evaluated, so
+    direct GRPO trains at the evaluated difficulty. A shaped reward is used only where the target declares one.
+    Everything else (group size, rescue hints, budgets' units) is the adapters'."""
+    from trace_gym.registration import make_env
+
+    env = make_env(cfg.target.env_id)
+    try:
+        declares_shaped = bool(getattr(env.unwrapped, "shaped_reward_key", None))
+    finally:
+        env.close()
+    overrides: dict[str, Any] = {"curriculum": "fixed"}
+    if cfg.adapters.reward != "success" and not declares_shaped:
+        overrides["reward"] = "success"
+    return overrides
 
 
 def _same_tasks(reference: list[dict[str, Any]], other: list[dict[str, Any]]) -> list[dict[str, Any]]:
