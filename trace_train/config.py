@@ -242,6 +242,12 @@ class EvalSettings:
         minimum=0,
         maximum=1,
     )
+    stop_when_decided: bool = knob(
+        False,
+        "end an episode once the env says its reward can no longer change (trace/retail-v2: the first violation, "
+        "e.g. an unconfirmed or wrong write): every episode's reward and success are those of the full episode, "
+        "in fewer turns; capability labels then cover only the decision points reached before it",
+    )
 
     def __post_init__(self) -> None:
         _check_positive(self, "episodes", "batch_size", "max_total_tokens")

@@ -30,19 +30,31 @@ from trace_train.rollout import ResetSpec, stream_collect
 RecordSink = Callable[[dict[str, Any]], None]
 
 
-def make_envs(env_id: str, n: int, max_turns: int | None = None) -> list[gym.Env]:
+def make_envs(
+    env_id: str, n: int, max_turns: int | None = None, stop_when_decided: bool = False
+) -> list[gym.Env]:
     """``n`` envs of ``env_id``; with ``max_turns`` each gets its own turn limit set to it where it takes one, so
     an episode cut by the limit is still scored and labelled by the env (trace's chat envs report requirements
-    on truncation)."""
+    on truncation). ``stop_when_decided``: each env ends an episode once its reward can no longer change
+    (``ChatToolEnv.decided``); an env that cannot tell is refused."""
+    extra = {"stop_when_decided": True} if stop_when_decided else {}
+    if extra:
+        try:
+            make_env(env_id, **extra).close()
+        except TypeError:
+            raise ValueError(
+                f"{env_id} cannot tell when an episode's outcome is decided (its constructor takes no "
+                "stop_when_decided argument): leave --stop-when-decided off for it"
+            ) from None
     envs = []
     for _ in range(n):
         env = None
         if max_turns is not None:
             try:
-                env = make_env(env_id, max_turns=max_turns)
+                env = make_env(env_id, max_turns=max_turns, **extra)
             except TypeError:  # an env without a max_turns argument: the runner's own limit applies
                 env = None
-        envs.append(env if env is not None else make_env(env_id))
+        envs.append(env if env is not None else make_env(env_id, **extra))
     return envs
 
 
@@ -58,16 +70,20 @@ def run_episodes(
     env_turn_limit: bool = False,
     on_record: RecordSink | None = None,
     fields: dict[str, Any] | None = None,
+    stop_when_decided: bool = False,
 ) -> list[dict[str, Any]]:
     """One episode per spec, at most ``batch_size`` at once; returns their records in ``specs`` order.
 
-    ``env_turn_limit`` makes each env with ``max_turns`` as its own limit (see :func:`make_envs`); ``fields``
+    ``env_turn_limit`` makes each env with ``max_turns`` as its own limit, ``stop_when_decided`` ends each episode
+    once its outcome is decided (see :func:`make_envs`); ``fields``
     are added to every record (e.g. the run's settings); ``on_record`` receives each record as its episode ends.
     """
     if not specs:
         return []
     fields = {"env_id": env_id, "model": getattr(policy, "name", None), **(fields or {})}
-    envs = make_envs(env_id, max(1, min(batch_size, len(specs))), max_turns if env_turn_limit else None)
+    envs = make_envs(
+        env_id, max(1, min(batch_size, len(specs))), max_turns if env_turn_limit else None, stop_when_decided
+    )
     records: dict[int, dict[str, Any]] = {}
 
     def finished(i: int, record: dict[str, Any]) -> None:

@@ -121,6 +121,7 @@ def evaluate(
             batch_size=s.batch_size,
             max_total_tokens=s.max_total_tokens,
             on_record=on_record,
+            stop_when_decided=s.stop_when_decided,
         )
     finally:
         if writer is not None:

@@ -129,6 +129,9 @@ class ChatToolEnv(gym.Env[list, Any]):
     ablatable_capabilities: ClassVar[tuple[str, ...]] = ()
     difficulty_levels: ClassVar[tuple[int, ...]] = (1,)
     default_difficulty: ClassVar[int] = 1
+    # End an episode once its reward can no longer change (see decided()); an env that can tell sets it from a
+    # constructor argument (trace/retail-v2: gym.make(..., stop_when_decided=True))
+    stop_when_decided: bool = False
 
     def __init__(
         self,
@@ -237,11 +240,15 @@ class ChatToolEnv(gym.Env[list, Any]):
                 )
         if invalid is not None:
             self.invalid_turns += 1
+        decided = self.decided() if self.stop_when_decided and not terminated else None
+        terminated = terminated or decided is not None
         truncated = not terminated and (
             self.turn >= self.max_turns or self.invalid_turns >= self.max_invalid_turns
         )
         info = self._info()
         info["invalid_action"] = invalid
+        if decided is not None:
+            info["decided"] = decided
         reward = 0.0
         if terminated or truncated:
             self.over = True
@@ -250,6 +257,14 @@ class ChatToolEnv(gym.Env[list, Any]):
             info["reward_components"] = dict(evaluation.components)
             info["requirements"] = dict(evaluation.requirements)
         return self._observation(), reward, terminated, truncated, info
+
+    def decided(self) -> dict[str, Any] | None:
+        """Whether the episode's reward is already fixed whatever the agent does next: ``{"turn", "violation"}``
+        of the first breach no continuation repairs, or None. The default cannot tell (None); an env whose verifier
+        knows its irreparable failures overrides it, and ``stop_when_decided`` then ends the episode there
+        (``terminated``, scored as it stands, ``info["decided"]``): an evaluation spends no turns on an outcome that
+        cannot change."""
+        return None
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":

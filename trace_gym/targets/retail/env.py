@@ -72,7 +72,10 @@ class RetailEnv(ChatToolEnv):
     Termination
         ``terminated`` when the user ends the conversation (goal met or patience exhausted, ``###STOP###``)
         or on a transfer; ``truncated`` after ``max_turns`` (default 50) agent turns or ``max_invalid_turns``
-        invalid ones.
+        invalid ones. With ``stop_when_decided=True`` (off by default), also ``terminated`` once the reward is
+        fixed at 0 whatever follows: the first violation (:meth:`decided`, reported in ``info["decided"]``), so
+        an evaluation spends no turns on an outcome that cannot change. Labels then cover the decision points
+        reached before it.
     Difficulty
         1: 6 products, 4 users, one request, few hidden facts; 2 (the default of ``trace/retail-v2``):
         10 products, 8 users, one or two requests, pushes and transfers, obstacles; 3: 14 products, 12
@@ -112,6 +115,7 @@ class RetailEnv(ChatToolEnv):
         user_base_url: str | None = None,
         user_api_key: str | None = None,
         user_options: Mapping[str, Any] | None = None,
+        stop_when_decided: bool = False,
     ):
         if user not in USERS:
             raise ValueError(f"user must be one of {list(USERS)}, got {user!r}")
@@ -125,6 +129,7 @@ class RetailEnv(ChatToolEnv):
         unknown = set(user_options or {}) - set(LLM_USER_OPTIONS)
         if unknown:
             raise ValueError(f"unknown user_options {sorted(unknown)}; known: {', '.join(LLM_USER_OPTIONS)}")
+        self.stop_when_decided = stop_when_decided
         self.user = user
         self.user_model = user_model
         self.user_options = dict(user_options or {})
@@ -255,6 +260,17 @@ class RetailEnv(ChatToolEnv):
                 f"cannot remove capability {without!r}; supported: {', '.join(self.ablatable_capabilities)}"
             )
         return ablated_oracle(self.task, without, start)
+
+    def decided(self) -> dict[str, Any] | None:
+        """The first violation of the episode so far (``verifier.milestone_events``: a broken policy rule, a wrong
+        write, a wrong or uninformed answer, sprayed amounts): each fails a reward component for good, so the
+        reward is 0 whatever follows. None while none happened (the reward may still be 0: a missing write or
+        fact can still come)."""
+        _, violations = self.milestone_events()
+        if not violations:
+            return None
+        turn, violation = violations[0]
+        return {"turn": turn, "violation": violation}
 
     def milestone_events(self) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
         """(events, violations) of the episode so far, each ``(agent turn, key)``: the steps the verifier
