@@ -149,6 +149,14 @@ def test_micro_batches_give_the_whole_batch_gradient(composition):
         grads.append([p.grad.clone() for p in composition.gate_parameters()])
     whole, split = results
     assert whole["micro_batches"] == 1 and split["micro_batches"] == 4
+    # each forward and backward is in the roofline's ledger (TRACE's training compute counts the gate steps):
+    # the same tokens however the batch is split, once per step
+    from trace_train.roofline import LEDGER
+
+    before = LEDGER.snapshot()
+    gate_step(composition, examples, args, pad)
+    work = LEDGER.since(before)["train"]
+    assert work.tokens == sum(len(e.input_ids) for e in examples) and work.calls == 4 and work.flops > 0
     for key in ("label_loss", "lm_loss", "loss", "label_accuracy"):
         assert math.isclose(whole[key], split[key], rel_tol=1e-5), key
     assert grads[0] and all(float(g.abs().max()) > 1e-6 for g in grads[0])  # non-zero gate gradients

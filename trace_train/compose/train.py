@@ -42,6 +42,7 @@ from trace_train.grpo.checkpoint import (
 )
 from trace_train.metrics import MetricsLogger, peak_rss_mb
 from trace_train.models import load_model, resolve_model
+from trace_train.roofline import record_training
 
 
 def adapter_specs(args: ComposeArgs) -> list[AdapterSpec]:
@@ -132,6 +133,13 @@ def gate_step_loss(
     gate_logits = [layer[0] for layer in logs]
     totals = totals or {}
     valid = int(batch["attention_mask"].sum())
+    # the roofline's count of this forward and its backward (the gates train, the model is frozen): the gate
+    # training's share of TRACE's training compute (the equal-compute baseline's budget)
+    record_training(
+        model,
+        [(int(n), 0) for n in batch["attention_mask"].sum(1).tolist()],
+        int(batch["lm_mask"].sum()),
+    )
     parts = {
         "label_loss": label_loss(gate_logits, batch["gate_labels"], totals.get("labels")),
         "lm_loss": lm_loss_from_hidden(
