@@ -210,3 +210,50 @@ def test_direct_grpo_trains_at_the_evaluated_difficulty_on_the_targets_own_rewar
     assert _direct_overrides(cfg) == {"curriculum": "fixed", "reward": "success"}
     cfg = config_from_dict({"target": {"env_id": "trace/retail-v2"}, "adapters": {"reward": "success"}})
     assert _direct_overrides(cfg) == {"curriculum": "fixed"}
+
+
+def test_the_curves_section_shows_every_adapter_and_both_direct_rows(tmp_path):
+    """Reward, informative share and level per GRPO step, for each adapter and for direct GRPO at equal rollouts
+    and at equal compute (read from the runs' own metrics, a resumed run's redone step once)."""
+    import json
+
+    from trace_train.pipeline.stages.report import curves_section
+
+    def metrics(path, steps):
+        path.mkdir(parents=True)
+        lines = [
+            {
+                "step": i + 1,
+                "reward_mean": r,
+                "informative_group_share": inf,
+                "level_mean": lvl,
+                "rollouts_total": 16 * (i + 1),
+            }
+            for i, (r, inf, lvl) in enumerate(steps)
+        ]
+        (path / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+
+    metrics(tmp_path / "06-adapters" / "policy-adherence", [(0.25, 0.5, 1.0), (0.5, 1.0, 1.5)])
+    metrics(tmp_path / "08-evaluation" / "direct_grpo", [(0.375, 1.0, None)])
+    metrics(tmp_path / "08-evaluation" / "direct_grpo_compute", [(0.125, 0.5, None), (0.25, 0.5, None)])
+    adapter = str(tmp_path / "06-adapters" / "policy-adherence" / "adapter")
+    ctx = SimpleNamespace(
+        upstream={"adapters": {"adapters": {"policy-adherence": {"adapter": adapter}}}},
+        upstream_dirs={"evaluation": tmp_path / "08-evaluation"},
+    )
+    section = curves_section(ctx)
+    check_tables([section])
+    ((header, rows),) = section.tables
+    assert [(r[0], r[1]) for r in rows] == [
+        ("adapter:policy-adherence", "1"),
+        ("adapter:policy-adherence", "2"),
+        ("direct_grpo", "1"),
+        ("direct_grpo_compute", "1"),
+        ("direct_grpo_compute", "2"),
+    ]
+    assert rows[1][2:5] == ["0.500", "1.000", "1.500"] and rows[2][4] == "-"
+    assert [name for name, _ in section.images] == [
+        "curve_reward_mean.png",
+        "curve_informative_group_share.png",
+        "curve_level_mean.png",
+    ]

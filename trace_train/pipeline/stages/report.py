@@ -207,6 +207,62 @@ def adapters_section(ctx: StageContext) -> Section:
     return s
 
 
+CURVES = (  # what a GRPO run's metrics say per step, and how the report names it
+    ("reward_mean", "mean reward of the step's rollouts"),
+    ("informative_group_share", "informative groups (unequal rewards)"),
+    ("level_mean", "mean level (start depth) of the groups"),
+)
+
+
+def training_runs(ctx: StageContext) -> dict[str, list[dict[str, Any]]]:
+    """Every GRPO run of the run, by name: each adapter, and direct GRPO on the target (each budget) where it was
+    trained; per step, its metrics as the finished run saw them."""
+    runs = {
+        f"adapter:{cap}": read_metrics(Path(info["adapter"]).parent / "metrics.jsonl")
+        for cap, info in ctx.upstream["adapters"]["adapters"].items()
+    }
+    evaluation_dir = ctx.upstream_dirs.get("evaluation")
+    for method in DIRECT_ROWS:
+        path = evaluation_dir / method / "metrics.jsonl" if evaluation_dir else None
+        if path is not None and path.is_file():
+            runs[method] = read_metrics(path)
+    return {name: steps for name, steps in runs.items() if steps}
+
+
+def curves_section(ctx: StageContext) -> Section:
+    """The training curves of every adapter and of direct GRPO: reward, informative share, level, per step."""
+    s = Section("Training curves: every adapter and direct GRPO")
+    runs = training_runs(ctx)
+    if not runs:
+        s.paragraphs.append("No GRPO run recorded its steps.")
+        return s
+    s.paragraphs.append(
+        "Per GRPO step: the mean reward of its rollouts (the env's success, whatever reward trained), the share of "
+        "its groups whose rewards were not all equal (the only ones GRPO learns from), and the mean level of its "
+        "groups (an adapter's start depth under the adaptive curriculum; direct GRPO trains at the evaluated "
+        "difficulty). TFLOP: the run's model compute so far, oracle fit not included."
+    )
+    for key, label in CURVES:
+        series = {name: [m.get(key) for m in steps] for name, steps in runs.items()}
+        if any(v is not None for ys in series.values() for v in ys):
+            s.images.append((f"curve_{key}.png", line_plot(series, "GRPO step", label, label)))
+    rows = [
+        [
+            name,
+            str(m.get("step", i + 1)),
+            fmt(m.get("reward_mean")),
+            fmt(m.get("informative_group_share")),
+            fmt(m.get("level_mean")),
+            str(m.get("rollouts_total", "-")),
+            "-" if m.get("flops_total") is None else f"{m['flops_total'] / 1e12:.1f}",
+        ]
+        for name, steps in runs.items()
+        for i, m in enumerate(steps)
+    ]
+    s.tables.append((["run", "step", "reward", "informative", "level", "rollouts so far", "TFLOP so far"], rows))
+    return s
+
+
 def gates_section(ctx: StageContext) -> Section:
     s = Section("Step 4: routing")
     g = ctx.upstream["gates"]
@@ -645,6 +701,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         analysis_section(ctx),
         synthesis_section(ctx),
         adapters_section(ctx),
+        curves_section(ctx),
         gates_section(ctx),
         timing_section(ctx),
     ]
