@@ -24,7 +24,9 @@ def test_quick_demo_runs_every_stage_then_skips_them(tmp_path):
     assert html.count("data:image/png;base64,") >= 3  # analysis chart, training curves, final table
     report = (out / "09-report" / "report.md").read_text()
     assert "Final table" in report
-    assert "Training curves: every adapter and direct GRPO" in report and "| direct_grpo_compute | 1 |" in report
+    assert (
+        "Training curves: every adapter and direct GRPO" in report and "| direct_grpo_compute | 1 |" in report
+    )
     assert "the gain stops at" in report  # read from the run's own test episodes
     # the adapters were fitted to oracle episodes before GRPO ([adapters.sft]), and GRPO started there
     adapters = json.loads((out / "06-adapters" / "stage.json").read_text())["result"]["adapters"]

@@ -456,6 +456,8 @@ def _build_cancel(ctx: Context, r: Request, hidden: float) -> None:
         r.capabilities.add("structured-reasoning")
         r.reasoned = True
         script += read_orders(list(user_orders))
+        # the extreme is over every pending order, and which are pending is read off each record
+        r.reads += [("get_order_details", o) for o in user_orders if o != oid]
     else:  # wrong_id: the user remembers a number that does not exist; the error is bound to happen
         wrong = "#W" + ctx.ids.digits(7)
         r.intro = f"I'd like to cancel my order {wrong}"
@@ -801,7 +803,9 @@ def _build_query(ctx: Context, r: Request, hidden: float) -> None:
     r.capabilities.add("structured-reasoning")
     # the total is a fact only the orders' records give: read them before telling it
     r.capabilities.add("precondition-checking")
-    r.reads += [("get_order_details", o) for o in chosen]
+    # every order's record: which orders are pending (or delivered) is itself read off them, so a total told
+    # after reading only the right ones was a guess about the others (oracle_without_last_call, difficulty 1)
+    r.reads += [("get_order_details", o) for o in user_orders]
     r.reasoned = True
     r.needs.append(Need("total", "money", total))
     r.script = [

@@ -259,7 +259,9 @@ def curves_section(ctx: StageContext) -> Section:
         for name, steps in runs.items()
         for i, m in enumerate(steps)
     ]
-    s.tables.append((["run", "step", "reward", "informative", "level", "rollouts so far", "TFLOP so far"], rows))
+    s.tables.append(
+        (["run", "step", "reward", "informative", "level", "rollouts so far", "TFLOP so far"], rows)
+    )
     return s
 
 
