@@ -181,7 +181,7 @@ def test_agent_lacking_a_capability_acts_from_the_start_point():
         if ablated == env.oracle_actions():  # the continuation asks nothing: that agent is the oracle there
             assert play(env, ablated)[1] == 1.0
     with pytest.raises(ValueError):
-        env.oracle_actions(without="structured-reasoning")  # retail has no such ablation
+        env.oracle_actions(without="error-recovery")  # retail has no such ablation
 
 
 @pytest.mark.slow

@@ -79,8 +79,12 @@ def test_ablated_agent_fails_and_only_the_removed_capability_is_lacking(env, cap
             assert lacking == {capability}, (seed, info["reward_components"], info["requirements"])
         else:
             assert not lacking, (seed, info["requirements"])
-            # passed: the task did not need the capability (policy-adherence: a refusal or transfer task)
-            assert capability not in env.task.capabilities or capability == "policy-adherence"
+            # passed: the task did not need the capability (policy-adherence: a refusal or transfer task;
+            # structured-reasoning: no derived amount, or the naive figure is the right one, e.g. a cancellation)
+            if capability == "structured-reasoning":
+                assert env.oracle_actions(without=capability) == env.oracle_actions(), seed
+            else:
+                assert capability not in env.task.capabilities or capability == "policy-adherence"
         if capability == "multi-step-completion":  # fails exactly on the tasks with more than one request
             assert (reward < 1.0) == (len(env.task.requests) > 1), seed
         if capability == "policy-adherence":  # fails exactly on the tasks with a write

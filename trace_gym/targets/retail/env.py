@@ -19,7 +19,9 @@ import numpy as np
 
 from trace_gym.core.env import ChatToolEnv, Episode, Evaluation
 from trace_gym.openai_client import OpenAIClient
+from trace_gym.targets.retail.data import money, order_total
 from trace_gym.targets.retail.diagnosis import Diagnosis, decision_points
+from trace_gym.targets.retail.facts import fmt
 from trace_gym.targets.retail.llm_user import RetailLLMUser
 from trace_gym.targets.retail.policy import HINT, POLICY
 from trace_gym.targets.retail.tasks import Task, generate_task
@@ -35,6 +37,8 @@ ABLATIONS: dict[str, str] = {
     "policy-adherence": "never asks the user to confirm a change",
     "information-gathering": "never asks the user for what only the user knows (it uses the values unasked)",
     "multi-step-completion": "stops after the first request (says goodbye to every later one)",
+    "structured-reasoning": "never derives the amounts a request's records imply: states a naive figure (the whole "
+    "order for a partial refund, the new items' price for a difference, every order for a total over some)",
 }
 PRECONDITION_READS = ("get_order_details", "get_product_details")
 GOODBYE = "I'm glad I could help with that. Have a great day!"
@@ -346,6 +350,9 @@ def ablated_oracle(task: Task, without: str, start: int = 0) -> list[dict[str, A
         later = sum(len(r.script) for r in task.requests[1:])
         kept = task.oracle[start : len(task.oracle) - later]
         return [dict(a) for a in kept] + [{"content": GOODBYE} for _ in range(8)]
+    if without == "structured-reasoning":
+        swaps = [swap for r in task.requests for swap in _naive_reasoning(task, r)]
+        return [_swapped(action, swaps) for action in task.oracle[start:]]
     asks = set(task.asks).union(*(r.asks for r in task.requests))
     targets = {(tool, key) for r in task.requests for tool, key in r.reads}
     actions: list[dict[str, Any]] = []
@@ -364,6 +371,43 @@ def ablated_oracle(task: Task, without: str, start: int = 0) -> list[dict[str, A
         if calls:
             actions.append({**action, "tool_calls": calls})
     return actions
+
+
+def _naive_reasoning(task: Task, request: Any) -> list[tuple[str, str]]:
+    """What an agent that does not reason over the records states instead of the oracle's derived amounts, as
+    text replacements (old, new) in the request's actions. None where the naive figure happens to be the right one
+    (a cancellation's refund is the order's total; a return of every item): the ablated agent then succeeds, and
+    the task does not need the capability. Orders found by reasoning (the most expensive, the one with a product)
+    are left to the oracle: an agent that proposes another order hears the user's no, and what it does next is
+    another capability's failure."""
+    if "structured-reasoning" not in request.capabilities:
+        return []
+    orders = task.initial_state["orders"]
+    swaps: list[tuple[str, str]] = []
+    oid = request.order_id
+    for need in request.needs:
+        if need.kind != "money":
+            continue
+        naive = None
+        if need.name == "total":  # every order of the user, whatever its status
+            naive = sum(order_total(o) for o in orders.values() if o["user_id"] == task.user_id)
+        elif need.name == "refund_amount" and oid:  # the whole order, not the items returned
+            naive = order_total(orders[oid])
+        elif need.name == "price_difference" and request.writes:  # the new items' price, not the difference
+            args = request.writes[0].args
+            items = {item["item_id"]: item["price"] for item in orders[args["order_id"]]["items"]}
+            naive = sum(items[i] for i in args["item_ids"]) + float(need.value)
+        if naive is not None and fmt(money(naive)) != fmt(need.value):
+            swaps.append((fmt(need.value), fmt(money(naive))))
+    return swaps
+
+
+def _swapped(action: dict[str, Any], swaps: list[tuple[str, str]]) -> dict[str, Any]:
+    """``action`` with every (old, new) replacement applied to its text and its calls' arguments."""
+    text = json.dumps(action)
+    for old, new in swaps:
+        text = text.replace(old, new)
+    return json.loads(text)
 
 
 def _target_read(call: dict[str, Any], targets: set[tuple[str, str]]) -> bool:
