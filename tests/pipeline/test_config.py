@@ -62,7 +62,8 @@ def test_missing_file_and_unknown_builtin(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.toml")
     with pytest.raises(
-        ConfigError, match="built-in: arith, bfcl-quick, demo, gpu, known-policy-adherence, quick"
+        ConfigError,
+        match="built-in: arith, bfcl-quick, demo, gpu, known-policy-adherence, known-structured-reasoning, quick",
     ):
         builtin_config("fast")
 
@@ -76,3 +77,18 @@ def test_overrides_are_validated_too(tmp_path):
         load_config(path, dict([parse_override("adapters.steps=-2")]))
     with pytest.raises(ConfigError, match="expected section.key=value"):
         parse_override("adapters.steps")
+
+
+@pytest.mark.parametrize("capability", ["policy-adherence", "structured-reasoning"])
+def test_a_known_answer_config_is_the_demo_with_a_planted_teacher(capability):
+    """Issue 49: the loop on a planted base runs with the demo's settings; only the name, the output folder and
+    the warm start's teacher differ (a demo setting changed without its known-answer configs fails here)."""
+    import dataclasses
+
+    demo = load_config(builtin_config("demo"))
+    known = load_config(builtin_config(f"known-{capability}"))
+    assert known.base.warm_start.teacher == f"oracle-without:{capability}"
+    assert (known.name, known.out) == (f"known-{capability}", f"runs/known-{capability}")
+    known.base.warm_start.teacher = demo.base.warm_start.teacher
+    known.name, known.out = demo.name, demo.out
+    assert dataclasses.asdict(known) == dataclasses.asdict(demo)
