@@ -7,6 +7,7 @@ that answer; otherwise it echoes. It records every batch it is given, so tests c
 from __future__ import annotations
 
 import json
+import time
 
 from trace_train.policies.base import Conversation, SamplingConfig, ToolSchema
 
@@ -26,6 +27,8 @@ class ScriptedPolicy:
     @staticmethod
     def _one(conversation: Conversation, tools: list[ToolSchema]) -> str:
         last = conversation[-1]
+        if last["role"] == "user" and (last.get("content") or "").startswith("sleep "):
+            time.sleep(float(last["content"].split()[1]))  # a slow generation (graceful shutdown tests)
         if last["role"] == "user" and "fail" in (last.get("content") or ""):
             raise RuntimeError("scripted failure")
         if tools and last["role"] == "user":

@@ -169,3 +169,33 @@ def test_a_real_transformers_model_serves_plain_and_streaming(tmp_path):
         assert streamed == (plain.choices[0].message.content or "")
     finally:
         proc.stop()
+
+
+def test_sigterm_answers_the_requests_in_flight_then_exits_0():
+    """A process manager's stop (SIGTERM) mid-generation: the request being generated is answered, no new one
+    is taken, and the server exits 0 saying so (it used to exit at once and cut the connection)."""
+    import threading
+
+    proc = ServerProcess(
+        "serve", "py:tests.interop.scripted_policy:ScriptedPolicy", "--port", "0", "--served-model-name", "s"
+    )
+    client = openai.OpenAI(base_url=proc.url, api_key="unused", max_retries=0, timeout=60)
+    replies = []
+    thread = threading.Thread(
+        target=lambda: replies.append(
+            client.chat.completions.create(model="s", messages=[{"role": "user", "content": "sleep 2"}])
+        )
+    )
+    thread.start()
+    import time
+
+    time.sleep(0.7)  # the request is being generated
+    proc.proc.terminate()
+    thread.join(timeout=30)
+    assert replies and replies[0].choices[0].message.content == "echo: sleep 2"
+    assert proc.proc.wait(timeout=30) == 0
+    out = proc.proc.stdout.read()
+    assert "answering 1 request(s) in flight" in out and "stopped" in out
+    with pytest.raises(openai.APIConnectionError):  # no new request is taken
+        client.models.list()
+    proc.stop()

@@ -360,13 +360,31 @@ def check_port(host: str, port: int) -> None:
     bind_server(host, port, BaseHTTPRequestHandler).server_close()
 
 
-def serve_until_stopped(server: Any, banner: str) -> None:
+def serve_until_stopped(server: Any, banner: str, grace_s: float = 30.0) -> None:
     """Run a CLI server (``trace env-serve``, ``trace serve``) until Ctrl-C or SIGTERM.
 
     ``banner`` is printed first, flushed: it says where to connect (with ``--port 0`` the OS picks the port),
-    for scripts and tests that wait for it.
+    for scripts and tests that wait for it. A server with ``drain`` (``trace serve``, whose requests generate for
+    seconds) stops gracefully on SIGTERM, as process managers expect: it takes no new request, answers those in
+    flight (at most ``grace_s`` seconds), then exits 0. Ctrl-C stops at once.
     """
     print(banner, flush=True)
+    if hasattr(server, "drain"):
+
+        def stop_accepting(*_: Any) -> None:  # shutdown() waits for serve_forever: not from its own thread
+            threading.Thread(target=server.shutdown, daemon=True).start()
+
+        signal.signal(signal.SIGTERM, stop_accepting)
+        with contextlib.suppress(KeyboardInterrupt):
+            server.serve_forever()
+            if server.in_flight:
+                print(
+                    f"stopping: answering {server.in_flight} request(s) in flight (up to {grace_s:.0f} s)",
+                    flush=True,
+                )
+            left = server.drain(grace_s)
+            print("stopped" + (f"; {left} request(s) cut" if left else ""), flush=True)
+        return
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with contextlib.suppress(KeyboardInterrupt, SystemExit):
         server.serve_forever()

@@ -113,6 +113,8 @@ class PolicyServer:
         self.created = int(time.time())
         self.httpd = bind_server(host, port, _handler(self))
         self.httpd.daemon_threads = True
+        self._in_flight = 0  # POST requests being answered: a graceful stop waits for them (drain)
+        self._idle = threading.Condition()
 
     @property
     def address(self) -> str:
@@ -127,6 +129,28 @@ class PolicyServer:
 
     def shutdown(self) -> None:
         self.httpd.shutdown()
+
+    def drain(self, timeout: float) -> int:
+        """Wait until no request is being answered, or ``timeout`` seconds; returns how many still are (their
+        clients lose the connection when the process exits). After :meth:`shutdown` no new request starts."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._in_flight and time.monotonic() < deadline:
+                self._idle.wait(timeout=max(0.0, deadline - time.monotonic()))
+            return self._in_flight
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def _begin(self) -> None:
+        with self._idle:
+            self._in_flight += 1
+
+    def _end(self) -> None:
+        with self._idle:
+            self._in_flight -= 1
+            self._idle.notify_all()
 
     def models(self) -> dict[str, Any]:
         return {
@@ -222,6 +246,13 @@ def _handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
                 self._error(APIError(404, f"no endpoint GET {path}", code="not_found"))
 
         def do_POST(self) -> None:  # noqa: N802
+            server._begin()
+            try:
+                self._post()
+            finally:
+                server._end()
+
+        def _post(self) -> None:
             path = urlparse(self.path).path.rstrip("/")
             try:
                 raw = self._read()
