@@ -253,3 +253,28 @@ def test_grpo_refuses_a_server_of_another_local_model(served_dirs, server, tmp_p
     args.vllm_url, args.tensorboard, args.progress = server.url, False, False
     with pytest.raises(RemoteGenerationError, match="serves .* but this run's model is"):
         GRPOTrainer(args)
+
+
+def test_a_failed_hot_load_names_the_adapters_own_rank(tmp_path):
+    """The hint of a failed hot-load says how to start a server that takes this adapter: --max-lora-rank of the
+    adapter's rank (it always said 16, the default)."""
+    import json
+    import socket
+
+    from trace_train.models import build_tiny_tokenizer
+    from trace_train.policies.remote_generation import RemoteGenerator
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"r": 64, "peft_type": "LORA"}))
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
+    closed.close()  # nothing listens there: the load fails at once
+    client = OpenAIClient(base_url=url, timeout=0.3, max_retries=0, backoff=0.01)
+    tokenizer = build_tiny_tokenizer()
+    policy = ServedPolicy(
+        tokenizer, RemoteGenerator(url, [tokenizer.eos_token_id], served_model="m", client=client), "m"
+    )
+    with pytest.raises(RemoteGenerationError, match="--max-lora-rank 64"):
+        policy.use_adapter(str(adapter))

@@ -18,6 +18,7 @@ per-token adapter routing; they run locally, or on ``trace serve compose:DIR`` t
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,10 @@ class ServedPolicy(HFPolicy):
         if not (path / "adapter_config.json").is_file():
             raise FileNotFoundError(f"{adapter} is not a PEFT adapter directory (no adapter_config.json)")
         name = f"trace-{path.name}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+        # a failure's hint names the rank the server must allow: this adapter's, not a default
+        rank = json.loads((path / "adapter_config.json").read_text()).get("r")
+        if isinstance(rank, int):
+            self.generator.lora_rank = rank
         self.close()
         try:
             # replace: a stage resumed after a crash finds its own name still loaded
