@@ -42,12 +42,21 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 
 def _calibrate_all(ctx: StageContext, policy: Any, envs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    import json
+
     from trace_train.calibrate import calibrate
     from trace_train.config import CalibrationSettings, settings_of
 
     c = ctx.config.calibration
     out = []
     for e in envs:
+        # each env's result is kept as it is measured: a resumed stage (after Ctrl-C or a server fault) measures
+        # only the envs it had not finished (an env interrupted midway is measured again, whole)
+        done = ctx.dir / f"calibration-{e['capability']}.json"
+        if ctx.resume and done.is_file():
+            out.append(json.loads(done.read_text()))
+            ctx.log(f"{e['env_id']}: measured before the interruption, kept")
+            continue
         ctx.log(f"{e['env_id']}: {c.seeds} seeds x {c.group_size} samples per difficulty level")
         result = calibrate(
             e["env_id"],
@@ -69,6 +78,7 @@ def _calibrate_all(ctx: StageContext, policy: Any, envs: list[dict[str, Any]]) -
                 "levels": result.to_spec()["levels"],
             }
         )
+        write_json(done, out[-1])
         ctx.log(
             f"{e['env_id']}: level {chosen.level} (mean reward {chosen.mean_reward:.3f}, success "
             f"{chosen.success:.3f}, informative {chosen.informative_share:.2f})"
