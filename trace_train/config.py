@@ -245,8 +245,8 @@ class EvalSettings:
     stop_when_decided: bool = knob(
         False,
         "end an episode once the env says its reward can no longer change (trace/retail-v2: the first violation, "
-        "e.g. an unconfirmed or wrong write): every episode's reward and success are those of the full episode, "
-        "in fewer turns; capability labels then cover only the decision points reached before it",
+        "e.g. an unconfirmed or wrong write): every episode's reward, success and first failure are those of the "
+        "full episode, in fewer turns",
     )
 
     def __post_init__(self) -> None:

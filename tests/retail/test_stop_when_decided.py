@@ -37,6 +37,9 @@ def test_a_stopped_episode_scores_what_the_full_one_scores(difficulty, without):
         stopped = _play(seed, difficulty, stop=True, without=without)
         assert stopped[0] == full[0], (seed, full, stopped)
         assert stopped[1] <= full[1]
+        # the labels by cause too: the first failure comes at or before the first violation
+        assert stopped[2]["first_failure"] == full[2]["first_failure"], seed
+        assert stopped[2]["requirements"] == full[2]["requirements"], seed
         if stopped[1] < full[1]:
             # ended by the stop, at the violation it names, as a terminal step with the reward components
             assert stopped[2]["decided"]["turn"] == stopped[1]
@@ -72,3 +75,48 @@ def test_an_env_that_cannot_tell_is_refused_by_name():
     with pytest.raises(ValueError, match="trace/bfcl-multi-turn-v0 cannot tell when an episode's outcome"):
         make_envs("trace/bfcl-multi-turn-v0", 1, stop_when_decided=True)
     assert len(make_envs("trace/retail-v2", 2, max_turns=6, stop_when_decided=True)) == 2
+
+
+def _wrong_refund(env) -> list:
+    """The oracle with the first stated amount of a request that does not need structured-reasoning told wrong
+    (a cancellation's refund): a violation no decision point of the diagnosis judges, as the demo's base made."""
+    import json
+
+    from trace_gym.targets.retail.facts import fmt
+
+    request = env.task.requests[0]
+    money = [n for n in request.needs if n.kind == "money"]
+    if "structured-reasoning" in request.capabilities or not money:
+        return []
+    right, wrong = fmt(money[0].value), fmt(money[0].value + 1.0)
+    return [json.loads(json.dumps(a).replace(right, wrong)) for a in env.oracle_actions()]
+
+
+@pytest.mark.parametrize("without", ["structured-reasoning", "policy-adherence", "wrong-refund"])
+def test_a_stop_labels_the_episode_as_a_cut_not_as_the_agent_ending_it(without):
+    """The stop ends the episode from outside, as a turn cap does: its labels are those of the same actions cut
+    there, never "gave up" at the next decision point (which a conversation the user ended would give)."""
+    compared = 0
+    for seed in range(40):
+        env = make_env("trace/retail-v2", stop_when_decided=True)
+        env.reset(seed=seed, options={"split": "train", "difficulty": 1})
+        if without == "wrong-refund":
+            actions = _wrong_refund(env.unwrapped)
+        else:
+            actions = env.unwrapped.oracle_actions(without=without)
+        played, info = 0, {}
+        for action in actions:
+            _, _, terminated, truncated, info = env.step(action)
+            played += 1
+            if terminated or truncated:
+                break
+        if "decided" not in info:
+            continue
+        cut = make_env("trace/retail-v2")
+        cut.reset(seed=seed, options={"split": "train", "difficulty": 1})
+        for action in actions[:played]:
+            cut.step(action)
+        assert info["requirements"] == cut.unwrapped._evaluate().requirements, seed
+        assert info["first_failure"] == cut.unwrapped.first_failure(), seed
+        compared += 1
+    assert compared >= 3

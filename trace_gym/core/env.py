@@ -205,6 +205,7 @@ class ChatToolEnv(gym.Env[list, Any]):
         ]
         self.calls, self.agent_messages = [], []
         self.turn, self.invalid_turns, self.over = 0, 0, False
+        self.decided_stop: dict[str, Any] | None = None  # set when stop_when_decided ended the episode
         self._episode_tools = clone(self.tools)  # JSON schemas: the plain-data copy, ~5x faster than deepcopy
         info = self._info()
         info["base_system_prompt"] = episode.system_prompt
@@ -242,6 +243,7 @@ class ChatToolEnv(gym.Env[list, Any]):
             self.invalid_turns += 1
         decided = self.decided() if self.stop_when_decided and not terminated else None
         terminated = terminated or decided is not None
+        self.decided_stop = decided
         truncated = not terminated and (
             self.turn >= self.max_turns or self.invalid_turns >= self.max_invalid_turns
         )

@@ -181,7 +181,14 @@ class RetailEnv(ChatToolEnv):
     def _evaluate(self) -> Evaluation:
         assert self.task is not None and self.world is not None and self.episode is not None
         assert isinstance(self.episode.user, UserRecords)
-        ended = self.over and self.turn < self.max_turns and self.invalid_turns < self.max_invalid_turns
+        # the conversation ended (the user stopped, a transfer), not the stop on a decided outcome: that is a cut
+        # from outside, so the labels are those of the full episode up to it (no "gave up" at the next point)
+        ended = (
+            self.over
+            and self.turn < self.max_turns
+            and self.invalid_turns < self.max_invalid_turns
+            and getattr(self, "decided_stop", None) is None
+        )
         evaluation, self.diagnosis = assess(self.task, self.world.state, self.calls, self.episode.user, ended)
         return evaluation
 
