@@ -180,3 +180,53 @@ def test_merged_slot_equals_forced_slot_and_restores_the_weights(composition, sl
     assert all(torch.equal(before[k], after[k]) for k in before)
     with pytest.raises(CompositionError, match="out of range"), composition.merged(9):
         pass
+
+
+@torch.no_grad()
+def test_fused_siblings_give_every_linear_its_own_update_in_fewer_matmuls(composition, monkeypatch):
+    """Decode-sized routing with the linears that read one input fused (here q and v: one A and one
+    block-diagonal B matmul for both): every routed linear's output equals the unfused per-token path's, and each
+    layer runs one A matmul per group instead of one per linear."""
+    monkeypatch.setattr(compose_model, "PER_TOKEN_MAX", 10_000)
+    randomise_gates(composition)
+    x = ids(batch=3, length=17)
+    outputs: dict[str, list[torch.Tensor]] = {}
+    hooks = [
+        module.register_forward_hook(
+            lambda _m, _i, o, name=name: outputs.setdefault(name, []).append(o.detach().clone())
+        )
+        for name, module in composition.routed.items()
+        if ".layers.0." in name
+    ]
+    real_linear = torch.nn.functional.linear
+    weights: list[int] = []
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(torch.nn.functional, name)
+
+        @staticmethod
+        def linear(inp, weight, bias=None):
+            weights.append(weight.data_ptr())
+            return real_linear(inp, weight, bias)
+
+    monkeypatch.setattr(compose_model, "F", Spy())
+    groups = {id(m._siblings[0]): m._siblings[0] for m in composition.routed.values() if m._siblings}
+    assert groups and all(len(g.members) == 2 for g in groups.values())  # q with v in every layer
+    for fused in (False, True):
+        monkeypatch.setattr(compose_model, "FUSE_SIBLINGS", fused)
+        weights.clear()
+        composition.model(x)
+        if fused:
+            grouped = {id(m) for g in groups.values() for m in g.members}
+            a = {g._cache[0].data_ptr() for g in groups.values()}
+            a |= {m._stack_cache[0].data_ptr() for m in composition.routed.values() if id(m) not in grouped}
+        else:
+            a = {m._stack_cache[0].data_ptr() for m in composition.routed.values()}
+        expected = len(composition.routed) - (len(groups) if fused else 0)
+        assert sum(w in a for w in weights) == expected, fused
+    for h in hooks:
+        h.remove()
+    assert len(outputs) == 3
+    for name, (plain, fused) in outputs.items():
+        torch.testing.assert_close(fused, plain, rtol=0, atol=1e-6, msg=name)
