@@ -72,8 +72,10 @@ def test_decided_names_the_first_violation():
 
 
 def test_an_env_that_cannot_tell_is_refused_by_name():
-    with pytest.raises(ValueError, match="trace/bfcl-multi-turn-v0 cannot tell when an episode's outcome"):
-        make_envs("trace/bfcl-multi-turn-v0", 1, stop_when_decided=True)
+    with pytest.raises(
+        ValueError, match="trace/retail-policy-adherence-v0 cannot tell when an episode's outcome"
+    ):
+        make_envs("trace/retail-policy-adherence-v0", 1, stop_when_decided=True)  # a derived env: not yet
     assert len(make_envs("trace/retail-v2", 2, max_turns=6, stop_when_decided=True)) == 2
 
 

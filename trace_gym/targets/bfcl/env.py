@@ -27,7 +27,10 @@ Termination
     user turn (21 steps with calls: BFCL force-quits), ``max_turns`` agent turns (default 120) or
     ``max_invalid_turns`` (default 5) turns with a call trace rejected (``parse``, ``unknown_tool``,
     ``schema``); a truncated episode scores 0, as BFCL scores a force-terminated entry. The settings are
-    :class:`~trace_gym.targets.bfcl.config.BfclConfig`'s (keyword arguments of ``gym.make``).
+    :class:`~trace_gym.targets.bfcl.config.BfclConfig`'s (keyword arguments of ``gym.make``). With
+    ``stop_when_decided=True`` (off by default), also ``terminated`` at the end of the first user turn whose check
+    fails (:meth:`decided`, ``info["decided"]``): the verdict needs every turn, so the reward is 0 from there on,
+    and the later turns are not played (their labels are then NA).
 Invalid actions
     Never raise; a rejected call runs nothing and the turn goes on (BFCL would end the turn on undecodable
     text; trace's contract keeps the episode going with an error message instead). An API error answer that
@@ -158,7 +161,9 @@ class BfclMultiTurnEnv(ChatToolEnv):
         max_turns: int = BfclConfig.max_turns,
         max_invalid_turns: int = BfclConfig.max_invalid_turns,
         max_tool_calls_per_turn: int = BfclConfig.max_tool_calls_per_turn,
+        stop_when_decided: bool = False,
     ):
+        self.stop_when_decided = stop_when_decided
         self.config = BfclConfig(tuple(categories), max_turns, max_invalid_turns, max_tool_calls_per_turn)
         self.categories = self.config.categories
         self._bfcl_tools = make_tools()
@@ -285,12 +290,17 @@ class BfclMultiTurnEnv(ChatToolEnv):
                 terminated = self.episode.user.reply(turn.content).done
         if counted:
             self.invalid_turns += 1
+        decided = self.decided() if self.stop_when_decided and not terminated else None
+        terminated = terminated or decided is not None
+        self.decided_stop = decided
         truncated = not terminated and (
             self.force_quit or self.turn >= self.max_turns or self.invalid_turns >= self.max_invalid_turns
         )
         info = self._info()
         info["invalid_action"] = invalid
         info["user_turn"] = self.user_turn
+        if decided is not None:
+            info["decided"] = decided
         reward = 0.0
         if terminated or truncated:
             self.over = True
@@ -386,6 +396,15 @@ class BfclMultiTurnEnv(ChatToolEnv):
             for name, (cls, _tool) in self._bfcl_tools.items()
             if cls == involved and name not in held
         ]
+
+    def decided(self) -> dict[str, Any] | None:
+        """The first user turn whose check failed (``{"turn": agent turn, "violation": "user turn k: ..."}``), or
+        None: the verdict needs every turn to pass, so from a failed one on the reward is 0 whatever follows."""
+        failed = next((c for c in self.checks if not c.passed), None)
+        if failed is None:
+            return None
+        why = "no call" if not failed.called else "state" if not failed.state else "response"
+        return {"turn": self.turn, "violation": f"user turn {failed.turn} failed ({why})"}
 
     def bfcl_trajectory(self) -> list[list[list[str]]]:
         """The episode so far as BFCL's decoded trajectory (per user turn, per step, the calls that ran);
