@@ -310,11 +310,9 @@ def bench_decode(a, model_dir, adapter0, comp, tokenizer, dtype, vocab) -> dict[
     wall_tps: dict[str, list[float]] = {k: [] for k in policies}
     # the cached engine with its decode linears routed by row count (as trace runs it) and with torch's default
     # kernels (``_default``): the same comparison before and after that change, in the same run
-    # and the composition without its sibling fusion (``_unfused``: one A and one B matmul per routed linear)
     engine_tps: dict[str, list[float]] = {
         "lora1_merged": [],
         "composed_routed": [],
-        "composed_routed_unfused": [],
         "lora1_merged_default": [],
         "composed_routed_default": [],
     }
@@ -329,14 +327,12 @@ def bench_decode(a, model_dir, adapter0, comp, tokenizer, dtype, vocab) -> dict[
             wall_tps[k].append(n_tok / wall)
             print(f"  decode {k}: {n_tok / used:.1f} tokens/CPU-s", flush=True)
         for k in engine_tps:  # the rollout engine trace uses (KV cache per conversation, shared prefix)
-            engine = engine_for(policies[k.removesuffix("_default").removesuffix("_unfused")])
+            engine = engine_for(policies[k.removesuffix("_default")])
             engine.linears.enabled = linears_available() and not k.endswith("_default")
-            compose_model.FUSE_SIBLINGS = not k.endswith("_unfused")
             session = engine.session(sampling)
             box = []
             _, used = timed(lambda s=session, box=box: box.append(s(prompts, list(range(len(prompts))), 0)))
             engine_tps[k].append(sum(len(o) for o in box[0][0]) / used)
-        compose_model.FUSE_SIBLINGS = True
     med = {k: statistics.median(v) for k, v in tps.items()}
     engine_med = {k: statistics.median(v) for k, v in engine_tps.items()}
     return {
@@ -352,8 +348,6 @@ def bench_decode(a, model_dir, adapter0, comp, tokenizer, dtype, vocab) -> dict[
         "cached_engine_slowdown_vs_lora1_merged": engine_med["lora1_merged"] / engine_med["composed_routed"],
         "cached_engine_default_linears_slowdown_vs_lora1_merged": engine_med["lora1_merged_default"]
         / engine_med["composed_routed_default"],
-        "cached_engine_unfused_slowdown_vs_lora1_merged": engine_med["lora1_merged"]
-        / engine_med["composed_routed_unfused"],
     }
 
 
@@ -389,8 +383,7 @@ def print_decode(r: dict[str, Any]) -> None:
         print(f"  cached engine {k:16s} {v:8.1f} tokens/CPU-s")
     print(
         f"  cached engine slowdown: x{d['cached_engine_slowdown_vs_lora1_merged']:.2f} vs merged single-LoRA "
-        f"(x{d['cached_engine_default_linears_slowdown_vs_lora1_merged']:.2f} with torch's default linears, "
-        f"x{d.get('cached_engine_unfused_slowdown_vs_lora1_merged', float('nan')):.2f} without sibling fusion)"
+        f"(x{d['cached_engine_default_linears_slowdown_vs_lora1_merged']:.2f} with torch's default linears)"
     )
     print("\ngoals:", json.dumps(r["goals"], indent=2))
 

@@ -32,10 +32,6 @@ BASE_SLOT = 0
 PER_TOKEN_MAX = 64
 # Benchmarks set this to label the gate / gather / matmul / scatter regions for torch.profiler.
 PROFILE = False
-# Linears of one decoder layer that read the same input: in the per-token path their updates are one A matmul and
-# one block-diagonal B matmul for the whole group (a decode step is per-op overhead; benchmarks switch it off)
-SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
-FUSE_SIBLINGS = True
 
 
 class CompositionError(ValueError):
@@ -58,20 +54,6 @@ class RoutingPlan:
     per_token: bool = False
     _gathered: tuple[torch.Tensor, list[torch.Tensor]] | None = field(default=None, repr=False)
     _masks: dict[tuple, torch.Tensor] | None = field(default=None, repr=False)
-    _sibling_updates: dict[int, tuple[torch.Tensor, list[torch.Tensor]]] = field(
-        default_factory=dict, repr=False
-    )
-
-    def sibling_updates(
-        self, group: SiblingLoRA, x: torch.Tensor, flat_x: torch.Tensor
-    ) -> list[torch.Tensor]:
-        """The per-token updates of every linear of ``group`` (which all read ``x``), computed by the first of
-        them to run and kept for the others (keyed by the input's identity, as :meth:`gathered`)."""
-        cached = self._sibling_updates.get(id(group))
-        if cached is None or cached[0] is not x:
-            cached = (x, group.per_token_updates(flat_x, self))
-            self._sibling_updates[id(group)] = cached
-        return cached[1]
 
     def rank_mask(self, adapters: int, rank: int, dtype: torch.dtype) -> torch.Tensor:
         """``(T, adapters * rank)``: 1 over the rank block of each token's own adapter (slot k: block k - 1), 0
@@ -176,8 +158,6 @@ class RoutedLoRALinear(nn.Module):
         self.in_features, self.out_features = base_layer.in_features, base_layer.out_features
         object.__setattr__(self, "_gate", gate)  # not a submodule: the gate belongs to the decoder layer
         self._stack_cache: tuple[torch.Tensor, torch.Tensor] | None = None
-        # (group, index in it) when this linear reads the same input as others of its layer (SIBLINGS)
-        object.__setattr__(self, "_siblings", None)
 
     @property
     def weight(self) -> torch.Tensor:  # for code that inspects ``module.weight`` (dtype/device checks)
@@ -192,12 +172,7 @@ class RoutedLoRALinear(nn.Module):
         flat_out = out.reshape(-1, self.out_features)  # a view: the adds below write into ``out``
         flat_x = x.reshape(-1, self.in_features)
         if plan.per_token:
-            if FUSE_SIBLINGS and self._siblings is not None:
-                group, index = self._siblings
-                with _region("compose.scatter"):
-                    flat_out.add_(plan.sibling_updates(group, x, flat_x)[index].to(flat_out.dtype))
-            else:
-                self._per_token_update(flat_x, flat_out, plan)
+            self._per_token_update(flat_x, flat_out, plan)
             return out
         for (slot, idx), xs in zip(plan.groups, plan.gathered(x, flat_x), strict=True):
             k = slot - 1
@@ -254,69 +229,6 @@ class RoutedLoRALinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, adapters={len(self.lora_A)}"
-
-
-class SiblingLoRA:
-    """Routed linears of one layer that read the same input (q/k/v, gate/up). In the per-token (decode) path the
-    first of them to run computes the updates of all: every member's stacked A in one matmul ``[S*N*r, in]``, the
-    tokens' rank masks, and every member's B in one block-diagonal matmul ``[sum of outs, S*N*r]``; each member
-    adds its own columns. Two matmuls for the group where each member ran two: a decode step's cost is per op."""
-
-    def __init__(self, members: list[RoutedLoRALinear]):
-        self.members = members
-        self.outs = [m.out_features for m in members]
-        self._cache: tuple[torch.Tensor, torch.Tensor] | None = None
-        for index, member in enumerate(members):
-            object.__setattr__(member, "_siblings", (self, index))
-
-    def _stacked(self) -> tuple[torch.Tensor, torch.Tensor]:
-        stacks = [m._stacked() for m in self.members]
-        cached = self._cache
-        a0 = stacks[0][0]
-        if cached is not None and cached[0].dtype == a0.dtype and cached[0].device == a0.device:
-            return cached
-        big_a = torch.cat([a for a, _ in stacks], dim=0)
-        width = a0.shape[0]
-        big_b = a0.new_zeros(sum(self.outs), width * len(stacks))
-        row = 0
-        for k, (_, b) in enumerate(stacks):
-            big_b[row : row + b.shape[0], k * width : (k + 1) * width] = b
-            row += b.shape[0]
-        self._cache = (big_a, big_b)
-        return self._cache
-
-    def per_token_updates(self, flat_x: torch.Tensor, plan: RoutingPlan) -> list[torch.Tensor]:
-        big_a, big_b = self._stacked()
-        adapters = len(self.members[0].lora_A)
-        width = big_a.shape[0] // len(self.members)
-        with _region("compose.lora_matmul"):
-            h = F.linear(flat_x.to(big_a.dtype), big_a)  # (T, S*N*r)
-            mask = plan.rank_mask(adapters, width // adapters, h.dtype)
-            h = (h.view(h.shape[0], len(self.members), width) * mask[:, None, :]).view(h.shape[0], -1)
-            y = F.linear(h, big_b)  # (T, sum of outs)
-        return list(y.split(self.outs, dim=1))
-
-
-def link_siblings(routed: dict[str, RoutedLoRALinear]) -> list[SiblingLoRA]:
-    """Group the routed linears that read one input (:data:`SIBLINGS`, those of a set that are routed, two or
-    more, with the same input size, adapters and ranks) for the fused per-token path."""
-    groups = []
-    for names in SIBLINGS:
-        parents = {name.rpartition(".")[0] for name in routed if name.rpartition(".")[2] in names}
-        for parent in sorted(parents):
-            members = [m for m in (routed.get(f"{parent}.{child}") for child in names) if m is not None]
-            if len(members) < 2:  # an adapter may target only some of them (PEFT's default: q and v)
-                continue
-            first = members[0]
-            same = all(
-                m.in_features == first.in_features
-                and len(m.lora_A) == len(first.lora_A)
-                and [a.shape[0] for a in m.lora_A] == [a.shape[0] for a in first.lora_A]
-                for m in members
-            )
-            if same:
-                groups.append(SiblingLoRA(members))
-    return groups
 
 
 def decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
@@ -501,7 +413,6 @@ def compose_lora_weights(
             lambda _m, args, kwargs, g=gate: g.route(_hidden_of(args, kwargs)) and None, with_kwargs=True
         )
     model.trace_gates = gates  # registered as a submodule: moves with .to(), listed by .parameters()
-    link_siblings(routed)
     composition = Composition(model, names, gates, routed)
     model.trace_composition = composition
     return composition
