@@ -132,6 +132,7 @@ class ChatToolEnv(gym.Env[list, Any]):
     # End an episode once its reward can no longer change (see decided()); an env that can tell sets it from a
     # constructor argument (trace/retail-v2: gym.make(..., stop_when_decided=True))
     stop_when_decided: bool = False
+    decided_stop: dict[str, Any] | None = None  # what decided() said when stop_when_decided ended the episode
 
     def __init__(
         self,
@@ -205,7 +206,7 @@ class ChatToolEnv(gym.Env[list, Any]):
         ]
         self.calls, self.agent_messages = [], []
         self.turn, self.invalid_turns, self.over = 0, 0, False
-        self.decided_stop: dict[str, Any] | None = None  # set when stop_when_decided ended the episode
+        self.decided_stop = None
         self._episode_tools = clone(self.tools)  # JSON schemas: the plain-data copy, ~5x faster than deepcopy
         info = self._info()
         info["base_system_prompt"] = episode.system_prompt
@@ -241,16 +242,14 @@ class ChatToolEnv(gym.Env[list, Any]):
                 )
         if invalid is not None:
             self.invalid_turns += 1
-        decided = self.decided() if self.stop_when_decided and not terminated else None
-        terminated = terminated or decided is not None
-        self.decided_stop = decided
+        terminated = self._stop_if_decided(terminated)
         truncated = not terminated and (
             self.turn >= self.max_turns or self.invalid_turns >= self.max_invalid_turns
         )
         info = self._info()
         info["invalid_action"] = invalid
-        if decided is not None:
-            info["decided"] = decided
+        if self.decided_stop is not None:
+            info["decided"] = self.decided_stop
         reward = 0.0
         if terminated or truncated:
             self.over = True
@@ -267,6 +266,13 @@ class ChatToolEnv(gym.Env[list, Any]):
         (``terminated``, scored as it stands, ``info["decided"]``): an evaluation spends no turns on an outcome that
         cannot change."""
         return None
+
+    def _stop_if_decided(self, terminated: bool) -> bool:
+        """``terminated``, or True where ``stop_when_decided`` ends the episode on a decided outcome (kept in
+        ``decided_stop`` for the step's info and the env's verdict)."""
+        if self.stop_when_decided and not terminated:
+            self.decided_stop = self.decided()
+        return terminated or self.decided_stop is not None
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":

@@ -290,17 +290,15 @@ class BfclMultiTurnEnv(ChatToolEnv):
                 terminated = self.episode.user.reply(turn.content).done
         if counted:
             self.invalid_turns += 1
-        decided = self.decided() if self.stop_when_decided and not terminated else None
-        terminated = terminated or decided is not None
-        self.decided_stop = decided
+        terminated = self._stop_if_decided(terminated)
         truncated = not terminated and (
             self.force_quit or self.turn >= self.max_turns or self.invalid_turns >= self.max_invalid_turns
         )
         info = self._info()
         info["invalid_action"] = invalid
         info["user_turn"] = self.user_turn
-        if decided is not None:
-            info["decided"] = decided
+        if self.decided_stop is not None:
+            info["decided"] = self.decided_stop
         reward = 0.0
         if terminated or truncated:
             self.over = True

@@ -78,8 +78,8 @@ class RetailEnv(ChatToolEnv):
         or on a transfer; ``truncated`` after ``max_turns`` (default 50) agent turns or ``max_invalid_turns``
         invalid ones. With ``stop_when_decided=True`` (off by default), also ``terminated`` once the reward is
         fixed at 0 whatever follows: the first violation (:meth:`decided`, reported in ``info["decided"]``), so
-        an evaluation spends no turns on an outcome that cannot change. Labels then cover the decision points
-        reached before it.
+        an evaluation spends no turns on an outcome that cannot change. The stop labels as a cut from outside: the
+        first failure comes at or before the first violation, so the labels are those of the full episode.
     Difficulty
         1: 6 products, 4 users, one request, few hidden facts; 2 (the default of ``trace/retail-v2``):
         10 products, 8 users, one or two requests, pushes and transfers, obstacles; 3: 14 products, 12
@@ -187,7 +187,7 @@ class RetailEnv(ChatToolEnv):
             self.over
             and self.turn < self.max_turns
             and self.invalid_turns < self.max_invalid_turns
-            and getattr(self, "decided_stop", None) is None
+            and self.decided_stop is None
         )
         evaluation, self.diagnosis = assess(self.task, self.world.state, self.calls, self.episode.user, ended)
         return evaluation

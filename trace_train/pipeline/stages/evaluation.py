@@ -5,8 +5,8 @@ Methods (``evaluation.methods``): ``base``; ``adapters`` (each capability adapte
 ``direct_grpo``, the paper's fair baseline: GRPO directly on the target's train split with the same rollout
 budget as all capability adapters together (trained here, in ``direct_grpo/``); ``direct_grpo_compute``, the same
 with the same training compute instead (model FLOPs of the adapters' oracle fits and GRPO and of the gate data, as
-``trace_train.roofline`` counts them; a derived-env rollout starts mid-task and is shorter, so this row gets fewer
-rollouts), in ``direct_grpo_compute/``. Each row: success with a 95%
+``trace_train.roofline`` counts them; a derived-env rollout starts mid-task, so the two rows' rollout counts
+differ), in ``direct_grpo_compute/``. Each row: success with a 95%
 Wilson interval, mean reward, an exact McNemar test and a paired bootstrap against the base on the same seeds
 (and against direct GRPO where it was measured), the share of the base's successes the method keeps (do no
 harm), the training rollouts the method cost and the wall times. This is the only stage that touches the test split.
@@ -22,6 +22,8 @@ from typing import Any
 
 from trace_train.pipeline.runner import StageContext
 from trace_train.pipeline.stages.common import read_jsonl, set_threads, write_json
+
+DIRECT_ROWS = ("direct_grpo", "direct_grpo_compute")  # GRPO on the target: equal rollouts, equal compute
 
 
 def _paired(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> dict[str, Any]:
@@ -243,14 +245,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         not_run["direct_grpo"] = (
             "left out by the config (evaluation.methods); the fair baseline was not measured"
         )
-    display = [
-        "base",
-        *(f"adapter:{cap}" for cap in adapters),
-        "router",
-        "moe",
-        "direct_grpo",
-        "direct_grpo_compute",
-    ]
+    display = ["base", *(f"adapter:{cap}" for cap in adapters), "router", "moe", *DIRECT_ROWS]
     rows.sort(key=lambda r: display.index(r["method"]))
 
     from trace_gym.records import milestone_pass
@@ -261,8 +256,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
         row["milestones"] = {cap: list(milestone_pass(mine, cap)) for cap in adapters}
         if row["method"] != "base":
             row["vs_base"] = _paired(_same_tasks(trajectories["base"], mine), mine)
-        for direct in ("direct_grpo", "direct_grpo_compute"):
-            if direct in trajectories and row["method"] not in ("base", "direct_grpo", "direct_grpo_compute"):
+        for direct in DIRECT_ROWS:
+            if direct in trajectories and row["method"] not in ("base", *DIRECT_ROWS):
                 # the question a user asks first: better than training on the target directly?
                 row[f"vs_{direct}"] = _paired(_same_tasks(trajectories[direct], mine), mine)
     write_json(ctx.dir / "table.json", {"rows": rows, "not_run": not_run, "env_id": cfg.target.env_id})

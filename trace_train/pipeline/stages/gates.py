@@ -74,6 +74,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "wall_s": round(time.time() - started, 1),
             "summary": f"gates not trained: {err}",
         }
+    work = LEDGER.since(work_before)
     return {
         "artefact": str(ctx.dir),
         "names": names,
@@ -81,8 +82,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "data": last.get("data"),  # per slot: episodes, kept, success (oracle stand-ins marked "(oracle)")
         "data_rollouts": len(names) * (g.episodes_per_env + g.base_episodes_per_env) + g.base_target_episodes,
         # the model compute the ledger saw (the gate data's rollouts; a resumed stage counts this process's part)
-        "flops": sum(w.flops for w in LEDGER.since(work_before).values()),
-        "tokens": sum(w.tokens for w in LEDGER.since(work_before).values()),
+        "flops": sum(w.flops for w in work.values()),
+        "tokens": sum(w.tokens for w in work.values()),
         "wall_s": round(time.time() - started, 1),
         "summary": f"gates over {names}: final loss {last.get('loss', float('nan')):.3f}",
     }

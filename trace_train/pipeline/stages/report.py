@@ -18,6 +18,7 @@ from trace_train.pipeline.report import (
 )
 from trace_train.pipeline.runner import StageContext
 from trace_train.pipeline.stages.common import read_metrics
+from trace_train.pipeline.stages.evaluation import DIRECT_ROWS
 
 
 def _stage_state(directory: Path) -> dict[str, Any]:
@@ -562,7 +563,6 @@ def gain_section(ctx: StageContext) -> Section:
     return s
 
 
-DIRECT_ROWS = ("direct_grpo", "direct_grpo_compute")  # GRPO on the target: equal rollouts, equal compute
 DIRECT_LABELS = {"direct_grpo": "direct GRPO", "direct_grpo_compute": "direct GRPO (equal compute)"}
 SIGNIFICANCE = 0.05  # the answer calls a difference only where the exact McNemar test says so at this level
 
