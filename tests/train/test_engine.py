@@ -358,3 +358,66 @@ def test_the_cache_reaches_a_decoder_with_the_pre_5_24_signature():
     got = _run(policy, "cached", seeds, GREEDY)
     for a, b in zip(expected, got, strict=True):
         assert a.token_ids == b.token_ids and a.actions == b.actions
+
+
+@PREFILL
+def test_partial_turns_hand_finished_turns_to_their_envs_early(max_padding):
+    """A partial-turns session (what ``collect`` uses on the cached engine) returns once a quarter of the rows
+    have finished their turn; those go to their env and come back with its reply while the others decode on.
+    Greedy trajectories equal the simple engine's, and the session did return early."""
+    policy = _policy()
+    policy.eos_ids = policy.eos_ids | set(range(40, 400, 7))  # turns of uneven length
+    engine = engine_for(policy)
+    engine.max_prefill_padding = max_padding
+    seeds = list(range(8))
+    simple = _run(policy, "simple", seeds, GREEDY)
+    before = engine.stats.partial_returns
+    cached = _run(policy, "cached", seeds, GREEDY)
+    assert engine.stats.partial_returns - before >= 3
+    assert len({len(turn) for t in simple for turn in _turns(t)}) >= 3  # turns did end at different steps
+    for a, b in zip(simple, cached, strict=True):
+        assert a.token_ids == b.token_ids and a.policy_mask == b.policy_mask and a.reward == b.reward
+        assert torch.allclose(torch.tensor(a.sampler_logprobs), torch.tensor(b.sampler_logprobs), atol=2e-6)
+
+
+def test_a_mid_turn_row_resumes_when_no_other_row_adds_tokens():
+    """Conversations whose turn is over are dropped after each call, so the last calls prefill nothing and
+    every row resumes from its kept logits: each conversation's turn equals the one a whole-turn session
+    samples for it."""
+    policy = _policy()
+    policy.eos_ids = policy.eos_ids | set(range(40, 400, 7))
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=24)
+    env = RaggedEnv()
+    prompts = [policy.prompt_ids(*_first_prompt(env, s)) for s in range(6)]
+    whole, _ = engine_for(policy).session(sampling)(prompts, list(range(6)), 0)
+    engine = engine_for(policy)
+    engine.return_idle_fraction = 0.3
+    session = engine.session(sampling, partial_turns=True)
+    got: dict[int, list[int]] = {}
+    active = list(range(6))
+    while active:
+        outs, _ = session([prompts[i] for i in active], active, 0)
+        got.update({i: o for i, o in zip(active, outs, strict=True) if o is not None})
+        active = [i for i, o in zip(active, outs, strict=True) if o is None]
+    assert [got[i] for i in range(6)] == whole
+    assert len({len(o) for o in whole}) >= 3
+
+
+def test_a_mid_turn_prompt_that_changed_is_refused():
+    policy = _policy()
+    policy.eos_ids = policy.eos_ids | set(range(40, 400, 7))
+    env = RaggedEnv()
+    prompts = [policy.prompt_ids(*_first_prompt(env, s)) for s in range(6)]
+    engine = engine_for(policy)
+    engine.return_idle_fraction = 0.3
+    session = engine.session(SamplingConfig(temperature=0.0, max_new_tokens=24), partial_turns=True)
+    outs, _ = session(prompts, list(range(6)), 0)
+    waiting = [i for i, o in enumerate(outs) if o is None]
+    assert waiting
+    with pytest.raises(ValueError, match="mid-turn"):
+        session([prompts[i] + [5] for i in waiting], waiting, 1)
+
+
+def _first_prompt(env: RaggedEnv, seed: int):
+    messages, info = env.reset(seed=seed)
+    return messages, info["tools"]
