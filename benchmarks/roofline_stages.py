@@ -39,16 +39,12 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "roofline"
 
 
-def side_eval(episodes: int, batch: int, model: str, partial_turns: bool = True) -> dict[str, Any]:
+def side_eval(episodes: int, batch: int, model: str) -> dict[str, Any]:
     from trace_train.config import EvalSettings
-    from trace_train.engine import engine_for
     from trace_train.evaluate import evaluate
     from trace_train.policy_factory import make_policy
 
     policy = make_policy(model, dtype="auto")
-    engine = engine_for(policy)
-    if not partial_turns:  # every call decodes whole turns: a row waits for the batch's longest answer
-        engine.return_idle_fraction = 2.0
     t0 = time.perf_counter()
     res = evaluate(policy, "trace/retail-v2", EvalSettings(episodes=episodes, batch_size=batch), split="test")
     return {
@@ -56,8 +52,6 @@ def side_eval(episodes: int, batch: int, model: str, partial_turns: bool = True)
         "seconds": time.perf_counter() - t0,
         "success_rate": res.success_rate,
         "generated_tokens": sum(r["generated_tokens"] for r in res.trajectories),
-        "partial_turns": partial_turns,
-        "partial_returns": engine.stats.partial_returns,
         "roofline": res.roofline,
     }
 
@@ -235,11 +229,6 @@ def main() -> None:
     p.add_argument("--eval-batch", type=int, default=32)
     p.add_argument("--train-steps", type=int, default=2)
     p.add_argument("--train-env", default="trace/retail-policy-adherence-v0")
-    p.add_argument(
-        "--no-partial-turns",
-        action="store_true",
-        help="eval: whole turns per engine call (the engine before turn-level continuous batching)",
-    )
     p.add_argument("--label", default="before", help="name of this measurement in the results file")
     p.add_argument("--json-out", default=str(RESULTS / "stages.json"))
     p.add_argument("--side", help=argparse.SUPPRESS)
@@ -259,13 +248,7 @@ def main() -> None:
     }
     for side in a.sides.split(","):
         if side == "eval":
-            r = run_side(
-                "eval",
-                episodes=a.eval_episodes,
-                batch=a.eval_batch,
-                model=a.model,
-                partial_turns=not a.no_partial_turns,
-            )
+            r = run_side("eval", episodes=a.eval_episodes, batch=a.eval_batch, model=a.model)
         elif side == "train":
             r = run_side("train", steps=a.train_steps, model=a.model, env_id=a.train_env)
         elif side == "decode":

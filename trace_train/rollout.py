@@ -145,21 +145,20 @@ def collect(
     gen = generator or _engine_generator(policy, sampling, engine or getattr(policy, "engine", "cached"))
     episodes = [_Episode.begin(policy, env, spec) for env, spec in zip(envs, specs, strict=True)]
     active = list(range(len(episodes)))
-    call = 0
-    while active:  # each episode ends by its env or by max_turns / max_total_tokens (_Episode.advance)
-        outputs, logprobs = _generate(gen, [episodes[i].traj.token_ids for i in active], active, call, stats)
+    turn = 0
+    while active and turn < max_turns:
+        outputs, logprobs = _generate(gen, [episodes[i].traj.token_ids for i in active], active, turn, stats)
         t0 = time.perf_counter()
         still = [
             i
             for k, i in enumerate(active)
-            if outputs[k] is None  # mid-turn (a partial-turns session): same prompt at the next call
-            or episodes[i].advance(
+            if episodes[i].advance(
                 policy, outputs[k], logprobs[k] if logprobs else None, max_turns, max_total_tokens, stats
             )
         ]
         stats.env_seconds += time.perf_counter() - t0
         active = still
-        call += 1
+        turn += 1
     return [e.traj for e in episodes]
 
 
@@ -214,9 +213,6 @@ def stream_collect(
         still = []
         for k, i in enumerate(active):
             ep = episodes[i]
-            if outputs[k] is None:  # mid-turn (a partial-turns session): same prompt at the next call
-                still.append(i)
-                continue
             if ep.advance(
                 policy, outputs[k], logprobs[k] if logprobs else None, max_turns, max_total_tokens, stats
             ):
@@ -241,8 +237,6 @@ def _generate(
     stats.generate_calls += 1
     if len(outputs) != len(active) or (logprobs is not None and len(logprobs) != len(active)):
         raise ValueError(f"the generator answered {len(outputs)} prompts of {len(active)}")
-    if all(o is None for o in outputs):  # a partial-turns generator returns at least one whole turn a call
-        raise ValueError(f"the generator finished none of the {len(active)} turns it was asked for")
     return outputs, logprobs
 
 
@@ -340,8 +334,7 @@ def _engine_generator(
     if engine == "cached":
         from trace_train.engine import engine_for
 
-        # turn-level continuous batching: a finished turn goes to its env while the other rows decode on
-        return engine_for(policy).session(sampling, prefix_cap=prefix_cap, partial_turns=True)
+        return engine_for(policy).session(sampling, prefix_cap=prefix_cap)
     raise ValueError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINES)}")
 
 

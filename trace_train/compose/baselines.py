@@ -77,57 +77,39 @@ class MoEPolicy(HFPolicy):
             yield
 
     def engine_session(self, sampling: SamplingConfig, prefix_cap: int | None = None):
-        """A cached-engine session with partial turns; when recording, the decode steps' gate choices are kept
-        per conversation and counted when its turn is returned (a turn may span several calls)."""
+        """A cached-engine session; when recording, the decode steps' gate logits are counted per turn."""
         from trace_train.engine import engine_for
 
-        session = engine_for(self).session(sampling, prefix_cap=prefix_cap, partial_turns=True)
+        session = engine_for(self).session(sampling, prefix_cap=prefix_cap)
         if not self.record_choices:
             return session
-        # conversation -> (index in its turn of the token a decode step predicted, chosen slot) so far
-        pending: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
 
         def generate(prompts: list[list[int]], active: list[int], turn: int):
-            begun = {conv: len(session.partial[conv][0]) for conv in active if conv in session.partial}
             with self.composition.recording() as logs:
                 outs, lps = session(prompts, active, turn)
-            offsets = [begun.get(conv, 0) for conv in active]
-            for row, choice in self._decode_step_choices(logs, session.decode_rows, offsets):
-                pending[active[row]].append(choice)
-            for conv, out in zip(active, outs, strict=True):
-                if out is not None:
-                    self._count_turn(out, pending.pop(conv, []))
+            self._count_decode_steps(logs, outs, session.decode_rows)
             return outs, lps
 
         generate.can_join = session.can_join  # continuous batching (rollout.stream_collect)
         return generate
 
-    @staticmethod
-    def _decode_step_choices(
-        logs: list[list[torch.Tensor]], step_rows: list[list[int]], offsets: list[int]
-    ) -> Iterator[tuple[int, tuple[int, int]]]:
-        """(row, (token index, slot)) for every layer's choice in the call's decode steps. The last
-        ``len(step_rows)`` forwards of the call are its decode steps; step ``j`` ran the rows ``step_rows[j]``
-        (the engine drops rows that finished) and its row ``r`` predicted token ``offsets[r] + j + 1`` of that
-        row's turn (``offsets``: the tokens a resumed turn had at the call's start)."""
+    def _count_decode_steps(
+        self, logs: list[list[torch.Tensor]], outs: list[list[int]], step_rows: list[list[int]]
+    ) -> None:
+        # the last len(step_rows) forwards of a turn are its decode steps; step j ran the rows step_rows[j] (the
+        # engine drops rows that finished) and its row i produced token j + 1 of output step_rows[j][i]
         steps = len(step_rows)
         if steps <= 0:
             return
+        names = self.composition.slot_names
+        kinds = ["tool call" if TOOL_CALL.search(self.decode(o)) else "reply" for o in outs]
         for layer in logs:
             for j, logits in enumerate(layer[-steps:]):
                 if logits.shape[0] != len(step_rows[j]):
                     raise RuntimeError(f"a decode step routed {logits.shape[0]} rows for {len(step_rows[j])}")
                 for r, slot in zip(step_rows[j], logits.argmax(-1).tolist(), strict=True):
-                    yield r, (offsets[r] + j + 1, slot)
-
-    def _count_turn(self, out: list[int], choices: list[tuple[int, int]]) -> None:
-        """Count a finished turn's choices, those of the tokens it has (a finished row's last step predicts
-        nothing), under its kind: tool call or reply."""
-        kind = "tool call" if TOOL_CALL.search(self.decode(out)) else "reply"
-        names = self.composition.slot_names
-        for index, slot in choices:
-            if index < len(out):
-                self.choices[(self.context, kind, names[slot])] += 1
+                    if len(outs[r]) > j + 1:
+                        self.choices[(self.context, kinds[r], names[slot])] += 1
 
     def generate_with_logprobs(
         self, prompts: list[list[int]], sampling: SamplingConfig, logprobs: bool = True
@@ -246,10 +228,8 @@ class TaskRouterPolicy(HFPolicy):
             lps: list[list[float]] = [[] for _ in prompts]
             for slot in sorted(set(slots)):
                 rows = [i for i, s in enumerate(slots) if s == slot]
-                if slot not in sessions:  # partial turns: a slot's finished turns return before its others'
-                    sessions[slot] = self._slot_engine(slot).session(
-                        sampling, prefix_cap=prefix_cap, partial_turns=True
-                    )
+                if slot not in sessions:
+                    sessions[slot] = self._slot_engine(slot).session(sampling, prefix_cap=prefix_cap)
                 ids, lp = sessions[slot]([prompts[i] for i in rows], [active[i] for i in rows], turn)
                 for j, i in enumerate(rows):
                     outs[i], lps[i] = ids[j], lp[j]

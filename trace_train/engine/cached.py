@@ -5,10 +5,7 @@
 it prefills only what its cache does not hold yet (the previous turn's last generated token, the env's reply,
 the next generation prompt), then decodes all conversations together, one token per row per step; rows whose
 turn is over leave the decode steps (a turn lasts as long as its longest answer, and on retail most rows finish
-far earlier: decode 1.65x faster on a 32-row stream of the demo's agent). A ``partial_turns`` session (what
-``collect`` uses) does not wait for the longest answer: once a quarter of the rows are done it returns their
-turns and keeps the others' decoding state, so the finished ones take their env's reply and decode again beside
-the rows still in their turn (turn-level continuous batching, :class:`Session`).
+far earlier: decode 1.65x faster on a 32-row stream of the demo's agent).
 
 - Shared prefix: at the first turn, the longest common prefix of all prompts (the system prompt and tool
   schemas: ~2,600 SmolLM2 tokens on retail) is prefilled once as a single row. On CPU with sdpa attention the
@@ -52,7 +49,6 @@ class EngineStats:
     compactions: int = 0
     joins: int = 0  # conversations that joined a running batch (continuous batching)
     row_shrinks: int = 0  # decode steps that dropped finished rows (see ``Session._decode``)
-    partial_returns: int = 0  # calls that returned with some turns still being decoded (``partial_turns``)
     prompts_deduplicated: int = 0  # first prompts prefilled once for several conversations (a GRPO group)
 
 
@@ -129,7 +125,6 @@ class CachedEngine:
         max_prefill_padding: float = 0.25,
         min_idle_fraction: float = 0.25,
         decode_linears: bool | None = None,
-        return_idle_fraction: float = 0.25,
     ):
         self.model = model
         # decode steps' bf16 matmuls on the kernel that suits their few rows (None: wherever torch can)
@@ -144,8 +139,6 @@ class CachedEngine:
         )
         # a decode step drops finished rows once they are this share of those it runs (1.01: never)
         self.min_idle_fraction = min_idle_fraction
-        # a partial-turns session returns once this share of its rows has finished its turn (see Session)
-        self.return_idle_fraction = return_idle_fraction
         self.share_prefix = share_prefix  # keep the shared prefix once per batch, not once per row (CPU sdpa)
         self.stats = EngineStats()
         self._prefix_ids: list[int] = []
@@ -161,12 +154,10 @@ class CachedEngine:
         sampling: SamplingConfig,
         generator: torch.Generator | None = None,
         prefix_cap: int | None = None,
-        partial_turns: bool = False,
     ) -> Session:
         """A rollout session. ``prefix_cap``: keep at most this many leading tokens as the shared prefix (a
-        continuously batched rollout caps it at the system/tools segment, so later conversations can join).
-        ``partial_turns``: a call may return before every turn is over (see :class:`Session`)."""
-        return Session(self, sampling, generator, prefix_cap, partial_turns)
+        continuously batched rollout caps it at the system/tools segment, so later conversations can join)."""
+        return Session(self, sampling, generator, prefix_cap)
 
     @property
     def num_layers(self) -> int:
@@ -228,8 +219,8 @@ def _prefill(
     ``chunk_tokens`` query tokens."""
     rows = cache.rows
     lengths = [len(d) for d in deltas]
-    if max(lengths) == 0:
-        raise ValueError("the cached engine got prompts that add no token to their conversations")
+    if min(lengths) == 0:
+        raise ValueError("the cached engine got a prompt that adds no token to its conversation")
     width = max(lengths)
     device = next(runner.model.parameters()).device
     ids = torch.full((rows, width), pad_id, dtype=torch.long)
@@ -239,16 +230,15 @@ def _prefill(
         real[r, : len(d)] = True
     start = cache.positions()
     calls = runner.calls
-    # a row that adds nothing (a turn still being decoded, see Session) must not be computed: row by row
-    if rows > 1 and (min(lengths) == 0 or 1.0 - sum(lengths) / (rows * width) > max_padding):
+    if rows > 1 and 1.0 - sum(lengths) / (rows * width) > max_padding:
         logits = _prefill_rows(runner, cache, ids, real, lengths, start, chunk_tokens, want_logits, device)
     else:
         logits = _prefill_padded(runner, cache, ids, real, lengths, start, chunk_tokens, want_logits, device)
     record_blocks(
         "prefill",
         runner.model,
-        [(n, c) for n, c in zip(lengths, start.tolist(), strict=True) if n],
-        logits=sum(n > 0 for n in lengths) if want_logits else 0,
+        list(zip(lengths, start.tolist(), strict=True)),
+        logits=rows if want_logits else 0,
         calls=runner.calls - calls,
         shared_context=len(cache.prefix_ids) if cache.prefix is not None else 0,
     )
@@ -281,10 +271,10 @@ def _prefill_rows(runner, cache, ids, real, lengths, start, chunk_tokens, want_l
     first = cache.width
     cache.open_block(ids.shape[1])
     mask = cache.append_columns(real)
-    picked: list[torch.Tensor | None] = []
+    picked = []
     try:
         for r, n in enumerate(lengths):
-            out = None  # stays None for a row that adds nothing
+            out = None
             for c0 in range(0, n, chunk_tokens):
                 c1 = min(n, c0 + chunk_tokens)
                 cache.open_window(r, first + c0)
@@ -296,21 +286,11 @@ def _prefill_rows(runner, cache, ids, real, lengths, start, chunk_tokens, want_l
             picked.append(out)
     finally:
         cache.close_block()
-    if not want_logits:
-        return None
-    shape = next(out for out in picked if out is not None)
-    return torch.cat([shape.new_zeros(shape.shape) if out is None else out for out in picked])
+    return torch.cat(picked) if want_logits else None
 
 
 class Session:
-    """One rollout: a :class:`RaggedCache` over its conversations, alive for the rollout's turns.
-
-    A call decodes every conversation's turn. With ``partial_turns`` it may return early, once
-    ``engine.return_idle_fraction`` of the rows have finished their turn: those get their answer, the others
-    ``None`` and keep decoding at the next call, where the caller passes their prompt unchanged while the finished
-    ones come back with the env's reply. A row then waits for the env instead of for the batch's longest answer,
-    so decode steps run fuller batches (turn-level continuous batching). Without it (or with ``min_new_tokens``,
-    which counts steps per call) every call returns whole turns."""
+    """One rollout: a :class:`RaggedCache` over its conversations, alive for the rollout's turns."""
 
     def __init__(
         self,
@@ -318,13 +298,9 @@ class Session:
         sampling: SamplingConfig,
         generator: torch.Generator | None,
         prefix_cap: int | None = None,
-        partial_turns: bool = False,
     ):
         self.engine = engine
         self.prefix_cap = prefix_cap
-        self.partial_turns = partial_turns and sampling.min_new_tokens == 0
-        # conversation -> (its turn's tokens and log-probs so far, the logits for its next token)
-        self.partial: dict[int, tuple[list[int], list[float], torch.Tensor]] = {}
         self.sampling = sampling
         self.generator = generator
         self.runner = ModelRunner(engine.model)
@@ -370,40 +346,26 @@ class Session:
                 prompts = distinct
             self._start(prompts, active if source is None else list(range(len(prompts))), share_prefix)
         else:
-            self.partial = {conv: kept for conv, kept in self.partial.items() if conv in active}
             self._follow(active, prompts)
         cache = self.cache
         deltas = []
         for row, prompt in enumerate(prompts):
             held = cache.ids[row]
-            conv = active[row] if source is None else None
-            if conv in self.partial:  # mid-turn: the prompt is the cached tokens before this turn's
-                before = len(held) - len(self.partial[conv][0])
-                if prompt != held[:before]:
-                    raise ValueError(
-                        f"conversation {conv} is mid-turn: pass its prompt unchanged until its turn is returned"
-                    )
-                deltas.append([])
-                continue
             if prompt[: len(held)] != held:
                 raise ValueError(
                     f"conversation {active[row]}: the prompt does not extend the cached tokens (rollout ids "
                     "must grow by appending only)"
                 )
-            if len(prompt) == len(held):
-                raise ValueError(f"conversation {active[row]}: the prompt adds no token to its conversation")
             deltas.append(prompt[len(held) :])
         t0 = time.perf_counter()
-        logits = None
-        if any(deltas):
-            logits = _prefill(
-                self.runner,
-                cache,
-                deltas,
-                eng.pad_id,
-                eng.prefill_chunk_tokens,
-                max_padding=eng.max_prefill_padding,
-            )
+        logits = _prefill(
+            self.runner,
+            cache,
+            deltas,
+            eng.pad_id,
+            eng.prefill_chunk_tokens,
+            max_padding=eng.max_prefill_padding,
+        )
         st.prefill_tokens += sum(len(d) for d in deltas)
         if source is not None:
             cache.repeat_rows(source)
@@ -413,24 +375,12 @@ class Session:
         dt = time.perf_counter() - t0
         st.prefill_seconds += dt
         LEDGER.add_seconds("prefill", dt)
-        resumed: dict[int, tuple[list[int], list[float]]] = {}
-        if self.partial:  # the mid-turn rows go on from their kept state
-            rows_of = [self.row_of[conv] for conv in self.partial]
-            kept = torch.stack([self.partial[conv][2] for conv in self.partial])
-            if logits is None:
-                logits = kept.new_zeros((cache.rows, kept.shape[1]))
-            logits[torch.tensor(rows_of, device=logits.device)] = kept.to(logits.dtype)
-            resumed = {self.row_of[conv]: self.partial[conv][:2] for conv in self.partial}
-            self.partial = {}
         t0 = time.perf_counter()
-        out, lps, running = self._decode(logits, resumed)
-        for row, row_logits in running.items():  # returned early: these rows' turns go on at the next call
-            self.partial[active[row]] = (out[row], lps[row], row_logits)
-            out[row] = lps[row] = None
+        out = self._decode(logits)
         dt = time.perf_counter() - t0
         st.decode_seconds += dt
         LEDGER.add_seconds("decode", dt)
-        return out, lps
+        return out
 
     def _start(self, prompts: list[list[int]], active: list[int], share_prefix: bool) -> None:
         eng = self.engine
@@ -474,19 +424,15 @@ class Session:
             self.engine.stats.joins += len(new)
         self.row_of = {conv: r for r, conv in enumerate(active)}
 
-    def _decode(
-        self, logits: torch.Tensor, resumed: dict[int, tuple[list[int], list[float]]]
-    ) -> tuple[list[list[int]], list[list[float]], dict[int, torch.Tensor]]:
-        """Sample every row's turn (``resumed``: rows that go on with a turn begun at an earlier call). A row
-        that has finished (its last token fed) leaves the decode steps: when enough rows have, the cache's rows
-        are permuted so the running ones come first and the steps run only those (a turn lasts as long as its
-        longest answer; most rows finish far earlier). The rows are put back in order at the end.
-        ``self.decode_rows[j]`` lists the rows decode step ``j`` ran, in its row order. Returns the tokens, their
-        log-probs and, when the session returns early, the running rows' next-token logits by row."""
+    def _decode(self, logits: torch.Tensor) -> tuple[list[list[int]], list[list[float]]]:
+        """Sample every row's turn. A row that has finished (its last token fed) leaves the decode steps: when
+        enough rows have, the cache's rows are permuted so the running ones come first and the steps run only
+        those (a turn lasts as long as its longest answer; most rows finish far earlier). The rows are put back
+        in order at the end. ``self.decode_rows[j]`` lists the rows decode step ``j`` ran, in its row order."""
         eng, cache = self.engine, self.cache
         rows = cache.rows
-        out: list[list[int]] = [list(resumed[r][0]) if r in resumed else [] for r in range(rows)]
-        lps: list[list[float]] = [list(resumed[r][1]) if r in resumed else [] for r in range(rows)]
+        out: list[list[int]] = [[] for _ in range(rows)]
+        lps: list[list[float]] = [[] for _ in range(rows)]
         order = list(range(rows))  # cache row p holds conversation row order[p]
         done = [False] * rows  # per cache row: its turn is over
         fed = [True] * rows  # per cache row: its latest token is in the cache
@@ -494,17 +440,16 @@ class Session:
         device = logits.device
         try:
             with eng.linears.active():
-                running = self._steps(logits, out, lps, order, done, fed, device)
+                self._steps(logits, out, lps, order, done, fed, device)
         finally:
             cache.set_live_rows(None)
             if order != list(range(rows)):  # conversation row r back in cache row r
                 where = {o: p for p, o in enumerate(order)}
                 cache.permute_rows([where[r] for r in range(rows)])
-        return out, lps, running
+        return out, lps
 
-    def _steps(self, logits, out, lps, order, done, fed, device) -> dict[int, torch.Tensor]:
-        """The decode steps of :meth:`_decode` (which owns the lists they fill and permute). Returns the running
-        rows' next-token logits (by conversation row) when it stops early, else nothing."""
+    def _steps(self, logits, out, lps, order, done, fed, device) -> None:
+        """The decode steps of :meth:`_decode` (which owns the lists they fill and permute)."""
         eng, s, cache = self.engine, self.sampling, self.cache
         rows, live = cache.rows, cache.rows  # decode steps run cache rows [0, live)
         eos = sorted(eng.eos_ids)
@@ -526,7 +471,7 @@ class Session:
                     fed[p] = False
                     done[p] = tok[p] in eng.eos_ids or len(out[r]) >= s.max_new_tokens
             if all(done):
-                return {}
+                break
             idle = sum(done[p] and fed[p] for p in range(live))
             if idle and idle >= live * self.engine.min_idle_fraction:
                 live = self._shrink(order, done, fed, live)
@@ -552,11 +497,6 @@ class Session:
                     cache.ids[p].append(out[order[p]][-1])
                     fed[p] = True
             eng.stats.decode_tokens += sum(feed)
-            running = [p for p in range(live) if not done[p]]
-            if self.partial_turns and rows - len(running) >= max(1.0, rows * eng.return_idle_fraction):
-                eng.stats.partial_returns += 1
-                return {order[p]: logits[p].clone() for p in running}
-        return {}
 
     def _shrink(self, order: list[int], done: list[bool], fed: list[bool], live: int) -> int:
         """Move the rows still running to the front of ``[0, live)`` (swapping each with an idle row there);
