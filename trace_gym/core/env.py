@@ -248,8 +248,6 @@ class ChatToolEnv(gym.Env[list, Any]):
         )
         info = self._info()
         info["invalid_action"] = invalid
-        if self.decided_stop is not None:
-            info["decided"] = self.decided_stop
         reward = 0.0
         if terminated or truncated:
             self.over = True
@@ -356,7 +354,10 @@ class ChatToolEnv(gym.Env[list, Any]):
         ]
 
     def _info(self) -> dict[str, Any]:
-        return {"tools": self._episode_tools, "capability": self.capability, "turn": self.turn}
+        info = {"tools": self._episode_tools, "capability": self.capability, "turn": self.turn}
+        if self.decided_stop is not None:  # the step that stop_when_decided ended
+            info["decided"] = self.decided_stop
+        return info
 
     def _check_difficulty(self, level: int) -> int:
         if level not in self.difficulty_levels:

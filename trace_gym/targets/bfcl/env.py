@@ -297,8 +297,6 @@ class BfclMultiTurnEnv(ChatToolEnv):
         info = self._info()
         info["invalid_action"] = invalid
         info["user_turn"] = self.user_turn
-        if self.decided_stop is not None:
-            info["decided"] = self.decided_stop
         reward = 0.0
         if terminated or truncated:
             self.over = True
