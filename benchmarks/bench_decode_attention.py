@@ -6,7 +6,8 @@
 The cached engine's decode attention (``trace_train/engine/attention.py``, ``_with_prefix``) over SmolLM2-135M's
 shapes (30 layers, 9 query heads over 3 K/V heads, head dim 64), with a buffer per layer as the engine keeps them
 (so the K/V come from memory, not from a cache warmed by the previous call): the whole attention of a step at each
-own-column count, then its pieces at the longest (own scores, own values, prefix scores, prefix values, softmax),
+own-column count by the matmul path and by the decode kernel (``trace_train/engine/decode_kernel.py``), then the
+matmul path's pieces at the longest (own scores, own values, prefix scores, prefix values, softmax),
 each with the bytes it must read and the GB/s it reaches. Nothing else should run: the figures are wall times.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from trace_train.engine import attention
+from trace_train.engine import attention, decode_kernel
 
 LAYERS, Q_HEADS, KV_HEADS, HEAD_DIM = 30, 9, 3, 64
 
@@ -36,6 +37,21 @@ def _ms(fn, repeats: int) -> float:
     for _ in range(repeats):
         fn()
     return 1e3 * (time.perf_counter() - t0) / repeats
+
+
+def _holes(rows: int, width: int, g: torch.Generator) -> torch.Tensor:
+    """``[rows, 1, 1, width]``: runs of 20-200 real columns, three in four followed by a run of 5-80 holes (the
+    engine's holes are runs: the columns that other rows' turns wrote); about a fifth of the columns are holes."""
+    mask = torch.ones(rows, width, dtype=torch.bool)
+    for r in range(rows):
+        col = 0
+        while col < width:
+            col += int(torch.randint(20, 201, (1,), generator=g))
+            hole = int(torch.randint(5, 81, (1,), generator=g))
+            if float(torch.rand(1, generator=g)) < 0.75:
+                mask[r, col : col + hole] = False
+            col += hole
+    return mask[:, None, None, :]
 
 
 def measure(rows: int, own: list[int], prefix_len: int, repeats: int) -> dict:
@@ -54,7 +70,7 @@ def measure(rows: int, own: list[int], prefix_len: int, repeats: int) -> dict:
     keys = [rand(rows, KV_HEADS, capacity, HEAD_DIM) for _ in range(LAYERS)]
     values = [rand(rows, KV_HEADS, capacity, HEAD_DIM) for _ in range(LAYERS)]
     query = rand(rows, Q_HEADS, 1, HEAD_DIM)
-    mask = torch.rand(rows, 1, 1, longest, generator=g) > 0.3
+    mask = _holes(rows, longest, g)
     layers = [_Layer(i) for i in range(LAYERS)]
 
     def step(width: int) -> None:
@@ -63,7 +79,15 @@ def measure(rows: int, own: list[int], prefix_len: int, repeats: int) -> dict:
             k, v = keys[i][:, :, :width], values[i][:, :, :width]
             attention._with_prefix(layers[i], query, k, v, mask[..., :width], None, prefix)
 
-    whole = {w: round(_ms(lambda w=w: step(w), repeats), 2) for w in own}
+    def timed(kernel: bool) -> dict[int, float]:
+        attention.use_decode_kernel = kernel
+        try:
+            return {w: round(_ms(lambda w=w: step(w), repeats), 2) for w in own}
+        finally:
+            attention.use_decode_kernel = True
+
+    whole = timed(kernel=False)
+    kernel = timed(kernel=True) if decode_kernel.load() is not None else None
     w = longest
     own_bytes = rows * KV_HEADS * w * HEAD_DIM * 2 * LAYERS  # one of K or V, all layers
     prefix_bytes = KV_HEADS * prefix_len * HEAD_DIM * 2 * LAYERS
@@ -110,6 +134,8 @@ def measure(rows: int, own: list[int], prefix_len: int, repeats: int) -> dict:
         "prefix": prefix_len,
         "own_columns": own,
         "attention_ms_per_step": whole,
+        "kernel_ms_per_step": kernel,
+        "kernel_speedup": {w: round(whole[w] / kernel[w], 2) for w in own} if kernel else None,
         f"pieces_at_{w}_own_columns": parts,
         "kv_bytes_per_step_at_longest": 2 * own_bytes + 2 * prefix_bytes,
     }

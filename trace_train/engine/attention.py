@@ -33,7 +33,10 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
+from trace_train.engine import decode_kernel
+
 NAME = "trace_packed_gqa"
+use_decode_kernel = True  # decode steps through decode_kernel where it builds (False: the matmul path)
 
 
 def packed_gqa_attention(
@@ -76,6 +79,19 @@ def packed_gqa_attention(
             is_causal=is_causal,
             **kwargs,
         )
+    if length == 1 and use_decode_kernel and decode_kernel.supports(query, key):  # a decode step: one pass
+        allowed = attention_mask
+        if allowed is None:
+            allowed = torch.ones((1, key.shape[2]), dtype=torch.bool)
+        elif allowed.dtype != torch.bool:  # additive
+            allowed = allowed > torch.finfo(allowed.dtype).min / 2
+        allowed = allowed.reshape(allowed.shape[0], key.shape[2])
+        no_prefix = query.new_empty((kv_heads, 0, dim))
+        q = query.reshape(batch, kv_heads, groups, dim)
+        out = decode_kernel.decode_attention(
+            q, no_prefix, no_prefix, key, value, allowed, dim**-0.5 if scaling is None else scaling
+        )
+        return out.reshape(batch, 1, q_heads, dim), None
     # query head h = k * groups + g reads K/V head k: fold g into the query length of head k
     q = query.reshape(batch, kv_heads, groups * length, dim)
     mask = attention_mask
@@ -147,7 +163,13 @@ def _with_prefix(module, query, key, value, attention_mask, scaling, prefix: Sha
         seen = torch.ones((rows, 1, length, p_len), dtype=torch.bool, device=query.device)
         mask = torch.cat([seen, own_mask.expand(rows, 1, length, own)], dim=3)
         return packed_gqa_attention(module, query, full_k, full_v, mask, scaling=scaling)
-    # decode: every row's queries against the prefix in one matmul, then against its own columns. The scores of
+    kernel = use_decode_kernel and decode_kernel.worth_it(batch, p_len, own)
+    if kernel and decode_kernel.supports(query, key):  # decode: one pass over every key and value
+        mask_2d = own_mask.reshape(own_mask.shape[0], own)
+        q = query.reshape(batch, kv_heads, groups, dim)
+        out = decode_kernel.decode_attention(q, prefix_k[0], prefix_v[0], key, value, mask_2d, scaling)
+        return out.reshape(batch, 1, q_heads, dim), None
+    # decode by matmuls: every row's queries against the prefix in one matmul, then against its own columns. The scores of
     # both go into one float32 buffer [Hkv, B*G, P + own] (eager attention's numerics: scores in the model's
     # dtype, softmax in float32), laid out so that the prefix part is the prefix matmul's own layout: no
     # concatenation of strided parts, and the probabilities multiply V without a copy (same values bit for bit;

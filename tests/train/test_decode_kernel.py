@@ -1,0 +1,171 @@
+"""The decode-attention kernel (trace_train/engine/decode_kernel.py): it equals exact attention, the attention
+functions take it at decode steps and give what the matmul path gives, the engine's greedy tokens do not change,
+and a kernel that cannot be built leaves the matmul path in place."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+
+from trace_train.engine import CachedEngine, attention, decode_kernel
+from trace_train.models import build_tiny_model
+from trace_train.policies.base import SamplingConfig
+
+# skipped only where nothing can compile it; with a compiler a failed build fails every test here
+pytestmark = pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "c++")) is None, reason="no C++ compiler to build the kernel"
+)
+
+
+@pytest.fixture(autouse=True)
+def _built():
+    assert decode_kernel.load() is not None, f"the kernel did not build: {decode_kernel.error}"
+
+
+def _case(rows, kv_heads, groups, dim, prefix, own, dtype, seed=0, holes=0.3):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(rows, kv_heads, groups, dim, generator=g).to(dtype)
+    pk = torch.randn(kv_heads, prefix, dim, generator=g).to(dtype)
+    pv = torch.randn(kv_heads, prefix, dim, generator=g).to(dtype)
+    # a cache buffer wider than what is used: the kernel reads a strided view of it
+    k = torch.randn(rows, kv_heads, own + 9, dim, generator=g).to(dtype)[:, :, :own]
+    v = torch.randn(rows, kv_heads, own + 9, dim, generator=g).to(dtype)[:, :, :own]
+    mask = torch.rand(rows, own, generator=g) >= holes
+    return q, pk, pv, k, v, mask
+
+
+def _exact(q, pk, pv, k, v, mask, scale):
+    rows, prefix = q.shape[0], pk.shape[1]
+    keys = torch.cat([pk.double().expand(rows, -1, -1, -1), k.double()], dim=2)
+    values = torch.cat([pv.double().expand(rows, -1, -1, -1), v.double()], dim=2)
+    allowed = torch.cat([torch.ones(rows, prefix, dtype=torch.bool), mask], dim=1)[:, None, None]
+    scores = torch.einsum("bhgd,bhtd->bhgt", q.double(), keys) * scale
+    probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+    return torch.einsum("bhgt,bhtd->bhgd", probs, values)
+
+
+SHAPES = [  # rows, K/V heads, query heads per K/V head, head dim, prefix, own columns
+    (5, 3, 3, 64, 300, 200),  # SmolLM2's heads: the compile-time kernel
+    (2, 2, 2, 16, 0, 77),  # no prefix (a decode step without a shared prefix)
+    (1, 3, 3, 64, 1000, 5),  # one row: its columns split across threads
+    (3, 1, 5, 32, 40, 300),  # a head shape only the run-time kernel takes
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("splits", [1, 3])
+def test_kernel_equals_exact_attention(dtype, shape, splits):
+    q, pk, pv, k, v, mask = _case(*shape, dtype)
+    scale = shape[3] ** -0.5
+    out = decode_kernel.load().decode_attention(q, pk, pv, k, v, mask, scale, splits)
+    assert out.dtype == dtype and out.shape == q.shape
+    # float32 throughout the kernel: one rounding to bf16 at the end
+    tol = 2e-6 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(out.double(), _exact(q, pk, pv, k, v, mask, scale), atol=tol, rtol=0)
+
+
+def test_a_row_with_no_allowed_column_gets_zeros_and_others_are_unaffected():
+    q, pk, pv, k, v, mask = _case(3, 2, 2, 16, 0, 50, torch.float32, holes=0.0)
+    mask[1] = False
+    out = decode_kernel.load().decode_attention(q, pk, pv, k, v, mask, 0.25, 2)
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    keep = torch.tensor([0, 2])
+    torch.testing.assert_close(
+        out[keep].double(), _exact(q[keep], pk, pv, k[keep], v[keep], mask[keep], 0.25), atol=2e-6, rtol=0
+    )
+
+
+def test_bad_input_is_refused_with_its_reason():
+    q, pk, pv, k, v, mask = _case(2, 2, 2, 16, 4, 10, torch.float32)
+    module = decode_kernel.load()
+    with pytest.raises(RuntimeError, match="mask shape"):
+        module.decode_attention(q, pk, pv, k, v, mask[:, :5].contiguous(), 0.25, 1)
+    with pytest.raises(RuntimeError, match="one dtype"):
+        module.decode_attention(q, pk, pv, k.double(), v, mask, 0.25, 1)
+
+
+class _Layer(torch.nn.Module):
+    layer_idx = 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("prefix", [0, 23])
+def test_attention_functions_take_the_kernel_at_decode_and_agree_with_the_matmul_path(dtype, prefix):
+    rows, kv_heads, groups, dim, own = 4, 2, 3, 16, 40
+    q, pk, pv, k, v, mask = _case(rows, kv_heads, groups, dim, prefix, own, dtype, seed=4)
+    query = q.reshape(rows, kv_heads * groups, 1, dim)
+    shared = attention.SharedPrefix([(pk[None], pv[None])]) if prefix else None
+    mask_4d = mask[:, None, None, :]
+
+    def run(kernel: bool) -> torch.Tensor:
+        attention.use_decode_kernel = kernel
+        try:
+            before = decode_kernel.calls
+            out, _ = attention.packed_gqa_attention(
+                _Layer(), query, k, v, mask_4d, scaling=dim**-0.5, shared_prefix=shared
+            )
+            assert (decode_kernel.calls > before) == kernel
+            return out
+        finally:
+            attention.use_decode_kernel = True
+
+    with_kernel, with_matmuls = run(True), run(False)
+    assert with_kernel.shape == with_matmuls.shape == (rows, 1, kv_heads * groups, dim)
+    want = _exact(q, pk, pv, k, v, mask, dim**-0.5).reshape(rows, 1, kv_heads * groups, dim)
+    # the matmul path rounds scores and probabilities to bf16, the kernel does not: the kernel is the closer
+    tol = 2e-6 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(with_kernel.double(), want, atol=tol, rtol=0)
+    torch.testing.assert_close(with_matmuls.double(), want, atol=tol * 4, rtol=0)
+
+
+def test_the_engine_decodes_the_same_tokens_with_the_kernel():
+    """Greedy decoding through the cached engine over a shared prefix, float32, kernel on and off: the same tokens,
+    log-probs within float32 noise, and the kernel was used."""
+    model, tok = build_tiny_model(seed=5, hidden_size=64)  # head dim 16: a shape the kernel takes
+    engine = CachedEngine(model, {tok.eos_token_id}, tok.pad_token_id)
+    prefix = tok.encode("You are a careful agent. " * 12)
+    prompts = [prefix + tok.encode(f"task {i}: " + "go " * i) for i in range(5)]
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=12)
+
+    def generate(kernel: bool):
+        attention.use_decode_kernel = kernel
+        engine.clear()
+        try:
+            before = decode_kernel.calls
+            session = engine.session(greedy)
+            tokens, logprobs = session(prompts, list(range(len(prompts))), 0)
+            return tokens, logprobs, decode_kernel.calls - before, session.cache.prefix
+        finally:
+            attention.use_decode_kernel = True
+
+    (tokens_on, lps_on, used, shared), (tokens_off, lps_off, unused, _) = generate(True), generate(False)
+    assert shared is not None and shared.length >= len(prefix) - 1 and used > 0 and unused == 0
+    assert tokens_on == tokens_off
+    for a, b in zip(lps_on, lps_off, strict=True):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-4, rtol=0)
+
+
+def test_switched_off_by_environment(monkeypatch):
+    monkeypatch.setenv(decode_kernel.ENV_SWITCH, "0")
+    q, pk, pv, k, v, mask = _case(2, 2, 2, 16, 0, 10, torch.float32)
+    assert decode_kernel.load() is None
+    assert not decode_kernel.supports(q.reshape(2, 4, 1, 16), k)
+
+
+@pytest.mark.slow
+def test_a_kernel_that_does_not_build_leaves_the_matmul_path(monkeypatch, tmp_path, capsys):
+    broken = tmp_path / "broken.cpp"
+    broken.write_text("this is not C++\n")
+    monkeypatch.setattr(decode_kernel, "SOURCE", broken)
+    monkeypatch.setattr(decode_kernel, "_tried", False)
+    monkeypatch.setattr(decode_kernel, "_module", None)
+    monkeypatch.setenv("TRACE_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    assert decode_kernel.load() is None
+    assert decode_kernel.error
+    assert "decode-attention kernel unavailable, using matmuls" in capsys.readouterr().err
+    q, pk, pv, k, v, mask = _case(2, 2, 2, 16, 0, 10, torch.float32)
+    assert not decode_kernel.supports(q.reshape(2, 4, 1, 16), k)

@@ -1,0 +1,398 @@
+// One decode step of grouped-query attention over a shared prefix and each row's own cached columns, streaming
+// every key and value once (flash decoding on CPU). See trace_train/engine/decode_kernel.py for why and how it is
+// built; the reference it must equal is the matmul path in trace_train/engine/attention.py (_with_prefix).
+//
+// For row b and K/V head h, the G query heads of h attend over [prefix columns | own columns of b]: scores in
+// float32 from the stored dtype (bf16 or float32), an online softmax in float32 (running max and sum per query
+// head), the values accumulated in float32, one rounding to the output dtype at the end. Masked own columns are
+// skipped, not computed. Work items are (row, head, split of the columns); a row's splits are merged by their
+// log-sum-exps, so a batch of one row still keeps every thread busy.
+
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+namespace {
+constexpr int W = 16;
+using V = __m512;
+inline V vzero() { return _mm512_setzero_ps(); }
+inline V vset(float x) { return _mm512_set1_ps(x); }
+inline V vload(const float* p) { return _mm512_loadu_ps(p); }
+inline V vload(const at::BFloat16* p) {
+  __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline void vstore(float* p, V v) { _mm512_storeu_ps(p, v); }
+inline V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+inline V vmul(V a, V b) { return _mm512_mul_ps(a, b); }
+inline V vsub(V a, V b) { return _mm512_sub_ps(a, b); }
+inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }
+inline float vsum(V v) { return _mm512_reduce_add_ps(v); }
+// the horizontal sums of four vectors, as one 4-lane vector
+inline __m128 sum4(V a, V b, V c, V d) {
+  const V ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));  // a0+a2 b0+b2 a1+a3 b1+b3 ..
+  const V cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  const V abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xEE));  // a b c d per lane
+  const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(abcd), 1)));
+  return _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
+}
+// e^x to about 1 ulp on the softmax's range (x <= 0): Cody-Waite reduction, degree-6 polynomial, 2^n by scalef
+inline V vexp(V x) {
+  x = _mm512_max_ps(x, vset(-87.0f));
+  V n = _mm512_roundscale_ps(vmul(x, vset(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  V r = _mm512_fnmadd_ps(n, vset(0.693145752f), x);
+  r = _mm512_fnmadd_ps(n, vset(1.42860677e-06f), r);
+  V p = vset(1.0f / 720);
+  p = vfma(p, r, vset(1.0f / 120));
+  p = vfma(p, r, vset(1.0f / 24));
+  p = vfma(p, r, vset(1.0f / 6));
+  p = vfma(p, r, vset(0.5f));
+  p = vfma(p, r, vset(1.0f));
+  p = vfma(p, r, vset(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+}  // namespace
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+namespace {
+constexpr int W = 8;
+using V = __m256;
+inline V vzero() { return _mm256_setzero_ps(); }
+inline V vset(float x) { return _mm256_set1_ps(x); }
+inline V vload(const float* p) { return _mm256_loadu_ps(p); }
+inline V vload(const at::BFloat16* p) {
+  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline void vstore(float* p, V v) { _mm256_storeu_ps(p, v); }
+inline V vfma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+inline V vmul(V a, V b) { return _mm256_mul_ps(a, b); }
+inline V vsub(V a, V b) { return _mm256_sub_ps(a, b); }
+inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
+inline float vsum(V v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline V vexp(V x) {
+  x = _mm256_max_ps(x, vset(-87.0f));
+  V n = _mm256_round_ps(vmul(x, vset(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  V r = _mm256_fnmadd_ps(n, vset(0.693145752f), x);
+  r = _mm256_fnmadd_ps(n, vset(1.42860677e-06f), r);
+  V p = vset(1.0f / 720);
+  p = vfma(p, r, vset(1.0f / 120));
+  p = vfma(p, r, vset(1.0f / 24));
+  p = vfma(p, r, vset(1.0f / 6));
+  p = vfma(p, r, vset(0.5f));
+  p = vfma(p, r, vset(1.0f));
+  p = vfma(p, r, vset(1.0f));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return vmul(p, _mm256_castsi256_ps(e));
+}
+}  // namespace
+#else
+namespace {
+constexpr int W = 1;
+using V = float;
+inline V vzero() { return 0.0f; }
+inline V vset(float x) { return x; }
+inline V vload(const float* p) { return *p; }
+inline V vload(const at::BFloat16* p) { return static_cast<float>(*p); }
+inline void vstore(float* p, V v) { *p = v; }
+inline V vfma(V a, V b, V c) { return a * b + c; }
+inline V vmul(V a, V b) { return a * b; }
+inline V vsub(V a, V b) { return a - b; }
+inline V vadd(V a, V b) { return a + b; }
+inline float vsum(V v) { return v; }
+inline V vexp(V x) { return std::exp(x); }
+}  // namespace
+#endif
+
+namespace {
+
+constexpr int BLOCK = 64;      // columns scored before their values are read (fits L1 with G <= 8)
+constexpr int MAX_GROUPS = 8;  // query heads per K/V head
+constexpr int MAX_DIM = 256;
+
+// Columns of one (row, head): a base pointer and the stride between consecutive columns, in elements.
+template <typename T>
+struct Columns {
+  const T* keys;
+  const T* values;
+  int64_t key_stride;
+  int64_t value_stride;
+};
+
+// One item's queries (scaled, float32; and as stored, for the bf16 dot-product instruction) and its running
+// softmax state per query head.
+struct State {
+  alignas(64) float q[MAX_GROUPS * MAX_DIM];
+  alignas(64) uint16_t q16[MAX_GROUPS * MAX_DIM];
+  float scale;
+  float max[MAX_GROUPS];
+  float sum[MAX_GROUPS];
+  alignas(64) float acc[MAX_GROUPS][MAX_DIM];
+};
+
+// Score up to BLOCK listed columns and fold them into the state (`cols` indexes into `c`). GROUPS and CHUNKS
+// (head dim / W) are compile-time for the common shapes, so the queries and the accumulators stay in registers;
+// 0 means "read them at run time".
+template <typename T, int GROUPS, int CHUNKS>
+inline void block(const Columns<T>& c, const int64_t* cols, int n, int groups_rt, int dim, State& s) {
+  const int groups = GROUPS ? GROUPS : groups_rt;
+  const int chunks = CHUNKS ? CHUNKS : dim / W;
+  alignas(64) float scores[MAX_GROUPS][BLOCK + W];
+#if defined(__AVX512BF16__)
+  if constexpr (std::is_same_v<T, at::BFloat16> && GROUPS && CHUNKS == 4) {
+    // bf16 keys: 32 bf16 products per instruction (vdpbf16ps, float32 sums), no conversion of the keys
+    __m512i qq[GROUPS][2];
+    for (int g = 0; g < GROUPS; ++g)
+      for (int i = 0; i < 2; ++i) qq[g][i] = _mm512_loadu_si512(s.q16 + g * dim + i * 32);
+    const V scale = vset(s.scale);
+    for (int j = 0; j < n; ++j) {
+      const uint16_t* k = reinterpret_cast<const uint16_t*>(c.keys + cols[j] * c.key_stride);
+      const __m512i k0 = _mm512_loadu_si512(k), k1 = _mm512_loadu_si512(k + 32);
+      if constexpr (GROUPS == 3 || GROUPS == 4) {  // four sums reduced together: half the shuffles of four
+        V a[4];
+        for (int g = 0; g < 4; ++g) {
+          if (g >= GROUPS) {
+            a[g] = vzero();
+            continue;
+          }
+          a[g] = _mm512_dpbf16_ps(vzero(), (__m512bh)qq[g][0], (__m512bh)k0);
+          a[g] = _mm512_dpbf16_ps(a[g], (__m512bh)qq[g][1], (__m512bh)k1);
+        }
+        float sums[4];
+        _mm_storeu_ps(sums, sum4(a[0], a[1], a[2], a[3]));
+        for (int g = 0; g < GROUPS; ++g) scores[g][j] = sums[g];
+      } else {
+        for (int g = 0; g < GROUPS; ++g) {
+          V a = _mm512_dpbf16_ps(vzero(), (__m512bh)qq[g][0], (__m512bh)k0);
+          a = _mm512_dpbf16_ps(a, (__m512bh)qq[g][1], (__m512bh)k1);
+          scores[g][j] = vsum(a);
+        }
+      }
+    }
+    // scale after the sums: the bf16 queries are the model's own values, unrounded
+    for (int g = 0; g < GROUPS; ++g)
+      for (int j = 0; j < n; j += W) vstore(&scores[g][j], vmul(vload(&scores[g][j]), scale));
+  } else
+#endif
+  {
+    const float* q = s.q;
+    for (int j = 0; j < n; ++j) {
+      const T* k = c.keys + cols[j] * c.key_stride;
+      V a[MAX_GROUPS];
+      for (int g = 0; g < groups; ++g) a[g] = vzero();
+      for (int i = 0; i < chunks; ++i) {
+        const V kk = vload(k + i * W);
+        for (int g = 0; g < groups; ++g) a[g] = vfma(vload(q + g * dim + i * W), kk, a[g]);
+      }
+      for (int g = 0; g < groups; ++g) scores[g][j] = vsum(a[g]);
+    }
+  }
+  for (int g = 0; g < groups; ++g) {
+    float m = s.max[g];
+    for (int j = 0; j < n; ++j) m = std::max(m, scores[g][j]);
+    const float alpha = std::exp(s.max[g] - m);  // 0 on the first block (max = -inf)
+    s.max[g] = m;
+    V total = vzero();
+    int j = 0;
+    for (; j + W <= n; j += W) {
+      const V p = vexp(vsub(vload(&scores[g][j]), vset(m)));
+      vstore(&scores[g][j], p);
+      total = vadd(total, p);
+    }
+    float tail = 0.0f;
+    for (; j < n; ++j) {
+      scores[g][j] = std::exp(scores[g][j] - m);
+      tail += scores[g][j];
+    }
+    s.sum[g] = s.sum[g] * alpha + vsum(total) + tail;
+    if (alpha != 1.0f) {
+      const V va = vset(alpha);
+      for (int i = 0; i < chunks; ++i) vstore(&s.acc[g][i * W], vmul(vload(&s.acc[g][i * W]), va));
+    }
+  }
+  constexpr int REG = GROUPS && CHUNKS ? GROUPS * CHUNKS : 1;
+  if constexpr (GROUPS && CHUNKS && REG <= 16) {  // accumulators in registers for the whole block
+    V acc[REG];
+    for (int g = 0; g < GROUPS; ++g)
+      for (int i = 0; i < CHUNKS; ++i) acc[g * CHUNKS + i] = vload(&s.acc[g][i * W]);
+    for (int j = 0; j < n; ++j) {
+      const T* v = c.values + cols[j] * c.value_stride;
+      for (int i = 0; i < CHUNKS; ++i) {
+        const V vv = vload(v + i * W);
+        for (int g = 0; g < GROUPS; ++g) acc[g * CHUNKS + i] = vfma(vset(scores[g][j]), vv, acc[g * CHUNKS + i]);
+      }
+    }
+    for (int g = 0; g < GROUPS; ++g)
+      for (int i = 0; i < CHUNKS; ++i) vstore(&s.acc[g][i * W], acc[g * CHUNKS + i]);
+  } else {
+    for (int j = 0; j < n; ++j) {
+      const T* v = c.values + cols[j] * c.value_stride;
+      for (int i = 0; i < chunks; ++i) {
+        const V vv = vload(v + i * W);
+        for (int g = 0; g < groups; ++g)
+          vstore(&s.acc[g][i * W], vfma(vset(scores[g][j]), vv, vload(&s.acc[g][i * W])));
+      }
+    }
+  }
+}
+
+template <typename T>
+void run(const torch::Tensor& query, const torch::Tensor& prefix_k, const torch::Tensor& prefix_v,
+         const torch::Tensor& key, const torch::Tensor& value, const torch::Tensor& mask, double scale,
+         torch::Tensor& partial, int64_t splits) {
+  const int64_t rows = query.size(0), heads = query.size(1), groups = query.size(2), dim = query.size(3);
+  const int64_t prefix = prefix_k.size(1), own = key.size(2), total = prefix + own;
+  const int64_t mask_rows = mask.size(0);
+  const T* q_ptr = query.data_ptr<T>();
+  const T* pk = prefix_k.data_ptr<T>();
+  const T* pv = prefix_v.data_ptr<T>();
+  const T* k_ptr = key.data_ptr<T>();
+  const T* v_ptr = value.data_ptr<T>();
+  const bool* m_ptr = mask.data_ptr<bool>();
+  float* out = partial.data_ptr<float>();
+  const int64_t span = (total + splits - 1) / splits;
+  const int64_t state_size = groups * (dim + 2);
+
+  // SmolLM2's heads (3 query heads per K/V head of 64) get the compile-time kernel
+  auto block_fn = &block<T, 0, 0>;
+  if (groups == 3 && dim == 4 * W) block_fn = &block<T, 3, 4>;
+  if (groups == 4 && dim == 4 * W) block_fn = &block<T, 4, 4>;
+  if (groups == 2 && dim == 4 * W) block_fn = &block<T, 2, 4>;
+  at::parallel_for(0, rows * heads * splits, 1, [&](int64_t begin, int64_t end) {
+    State s;
+    s.scale = static_cast<float>(scale);
+    int64_t cols[BLOCK];
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t split = item % splits, rh = item / splits, h = rh % heads, b = rh / heads;
+      for (int g = 0; g < groups; ++g) {
+        const T* qs = q_ptr + ((b * heads + h) * groups + g) * dim;
+        for (int d = 0; d < dim; ++d) {
+          s.q[g * dim + d] = static_cast<float>(qs[d]) * static_cast<float>(scale);
+          s.q16[g * dim + d] = static_cast<at::BFloat16>(qs[d]).x;
+        }
+        s.max[g] = -std::numeric_limits<float>::infinity();
+        s.sum[g] = 0.0f;
+        std::fill(s.acc[g], s.acc[g] + dim, 0.0f);
+      }
+      const int64_t lo = split * span, hi = std::min(total, lo + span);
+      // prefix columns [lo, min(hi, prefix)): contiguous, never masked
+      if (lo < std::min(hi, prefix)) {
+        const Columns<T> c{pk + h * prefix * dim, pv + h * prefix * dim, dim, dim};
+        for (int64_t start = lo; start < std::min(hi, prefix); start += BLOCK) {
+          const int n = static_cast<int>(std::min<int64_t>(BLOCK, std::min(hi, prefix) - start));
+          for (int j = 0; j < n; ++j) cols[j] = start + j;
+          block_fn(c, cols, n, groups, dim, s);
+        }
+      }
+      // own columns [max(lo, prefix), hi) - prefix, the masked ones skipped
+      if (std::max(lo, prefix) < hi) {
+        const Columns<T> c{k_ptr + b * key.stride(0) + h * key.stride(1),
+                           v_ptr + b * value.stride(0) + h * value.stride(1), key.stride(2), value.stride(2)};
+        const bool* allowed = m_ptr + (mask_rows == 1 ? 0 : b) * own;
+        int n = 0;
+        for (int64_t col = std::max(lo, prefix) - prefix; col < hi - prefix; ++col) {
+          cols[n] = col;  // branch-free: a random mask would mispredict
+          n += allowed[col];
+          if (n == BLOCK) {
+            block_fn(c, cols, n, groups, dim, s);
+            n = 0;
+          }
+        }
+        if (n) block_fn(c, cols, n, groups, dim, s);
+      }
+      float* o = out + item * state_size;
+      for (int g = 0; g < groups; ++g) {
+        o[g * (dim + 2)] = s.max[g];
+        o[g * (dim + 2) + 1] = s.sum[g];
+        std::copy(s.acc[g], s.acc[g] + dim, o + g * (dim + 2) + 2);
+      }
+    }
+  });
+}
+
+// Each (row, head, query head)'s splits merged by their log-sum-exps into the output, rounded once.
+template <typename T>
+void merge(const torch::Tensor& partial, torch::Tensor& out, int64_t splits) {
+  const int64_t groups = out.size(2), dim = out.size(3), lines = out.numel() / dim;
+  const float* p = partial.data_ptr<float>();
+  T* o = out.data_ptr<T>();
+  at::parallel_for(0, lines, 16, [&](int64_t begin, int64_t end) {
+    float acc[MAX_DIM];
+    for (int64_t line = begin; line < end; ++line) {
+      const int64_t rh = line / groups, g = line % groups;
+      const float* first = p + (rh * splits * groups + g) * (dim + 2);
+      const int64_t step = groups * (dim + 2);
+      float top = -std::numeric_limits<float>::infinity();
+      for (int64_t s = 0; s < splits; ++s) top = std::max(top, first[s * step]);
+      float total = 0.0f;
+      std::fill(acc, acc + dim, 0.0f);
+      if (top != -std::numeric_limits<float>::infinity()) {  // else no allowed column: zeros
+        for (int64_t s = 0; s < splits; ++s) {
+          const float* part = first + s * step;
+          if (part[0] == -std::numeric_limits<float>::infinity()) continue;
+          const float w = std::exp(part[0] - top);
+          total += part[1] * w;
+          for (int64_t d = 0; d < dim; ++d) acc[d] += part[2 + d] * w;
+        }
+      }
+      const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+      for (int64_t d = 0; d < dim; ++d) o[line * dim + d] = static_cast<T>(acc[d] * inv);
+    }
+  });
+}
+
+// query [B, Hkv, G, D]; prefix_k/prefix_v [Hkv, P, D] contiguous (P may be 0); key/value [B, Hkv, T, D] with a
+// unit last stride (a view of a longer cache is fine); mask [B or 1, T] bool. Returns [B, Hkv, G, D] in query's
+// dtype.
+torch::Tensor decode_attention(torch::Tensor query, torch::Tensor prefix_k, torch::Tensor prefix_v, torch::Tensor key,
+                               torch::Tensor value, torch::Tensor mask, double scale, int64_t splits) {
+  TORCH_CHECK(query.dim() == 4 && key.dim() == 4 && value.dim() == 4 && prefix_k.dim() == 3 && mask.dim() == 2,
+              "decode_attention: query/key/value must be 4-D, the prefix 3-D, the mask 2-D");
+  const auto dtype = query.scalar_type();
+  TORCH_CHECK(dtype == torch::kBFloat16 || dtype == torch::kFloat32, "decode_attention: bf16 or float32 only");
+  for (const auto& t : {prefix_k, prefix_v, key, value})
+    TORCH_CHECK(t.scalar_type() == dtype && t.device().is_cpu(), "decode_attention: one dtype, CPU tensors");
+  TORCH_CHECK(mask.scalar_type() == torch::kBool && mask.is_contiguous(), "decode_attention: a contiguous bool mask");
+  TORCH_CHECK(query.is_contiguous() && prefix_k.is_contiguous() && prefix_v.is_contiguous(),
+              "decode_attention: query and prefix must be contiguous");
+  TORCH_CHECK(key.stride(3) == 1 && value.stride(3) == 1, "decode_attention: key/value need a unit last stride");
+  const int64_t rows = query.size(0), heads = query.size(1), groups = query.size(2), dim = query.size(3);
+  TORCH_CHECK(groups <= MAX_GROUPS && dim <= MAX_DIM && dim % W == 0, "decode_attention: unsupported head shape");
+  TORCH_CHECK(key.size(0) == rows && key.size(1) == heads && key.size(3) == dim && value.sizes() == key.sizes(),
+              "decode_attention: key/value shape");
+  TORCH_CHECK(prefix_k.size(0) == heads && prefix_k.size(2) == dim && prefix_v.sizes() == prefix_k.sizes(),
+              "decode_attention: prefix shape");
+  TORCH_CHECK((mask.size(0) == 1 || mask.size(0) == rows) && mask.size(1) == key.size(2),
+              "decode_attention: mask shape");
+  splits = std::max<int64_t>(1, std::min<int64_t>(splits, prefix_k.size(1) + key.size(2)));
+  auto partial = torch::empty({rows * heads * splits, groups, dim + 2}, query.options().dtype(torch::kFloat32));
+  auto out = torch::empty({rows, heads, groups, dim}, query.options());
+  if (dtype == torch::kBFloat16) {
+    run<at::BFloat16>(query, prefix_k, prefix_v, key, value, mask, scale, partial, splits);
+    merge<at::BFloat16>(partial, out, splits);
+  } else {
+    run<float>(query, prefix_k, prefix_v, key, value, mask, scale, partial, splits);
+    merge<float>(partial, out, splits);
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("decode_attention", &decode_attention, "one decode step of GQA over a shared prefix and own columns");
+  m.def("vector_width", []() { return W; }, "floats per vector register this build uses");
+}

@@ -1,0 +1,167 @@
+"""A decode-attention kernel that reads every cached key and value once (issue 50).
+
+At evaluation's lengths a decode step's attention is four batched matmuls per layer (scores and values, over the
+shared prefix and over each row's own columns) plus a float32 softmax between them. The own-column matmuls have
+three columns (the three query heads of a K/V head), and oneDNN reads their operands at 11-14 GB/s, a third of
+what this CPU reads: 54.5 ms of attention per step at 12 rows over a 2,700-token prefix and 1,230 own columns,
+where reading the 402 MB of K/V needs about 10 ms (``benchmarks/bench_decode_attention.py``).
+
+``csrc/decode_attention.cpp`` does one step the way llama.cpp and flash decoding do: each (row, K/V head) streams
+its columns once, scores its query heads against each key in float32, keeps an online softmax, and accumulates the
+values in float32; masked columns (the holes other rows' turns leave) are skipped; the columns of a row are split
+across threads and merged by their log-sum-exps. It is built on first use with torch's C++ extension tooling for
+this CPU (``-O3 -march=native``: AVX-512, AVX2+FMA, or plain C++), into a cache directory named after the CPU's
+flags and torch's version, so a build never runs on a CPU it was not built for.
+
+Numerics: the matmul path rounds scores and probabilities to the model's dtype (eager attention's numerics); the
+kernel keeps them in float32 and rounds once at the end. In float32 both agree to ~1e-6; in bf16 outputs differ
+in the last bits, and a greedy near-tie may resolve the other way.
+
+:func:`load` returns the built module or None (no compiler, a failed build, ``TRACE_DECODE_KERNEL=0``); the
+attention function then keeps the matmul path. The first failure is reported once on stderr.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+import threading
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+SOURCE = Path(__file__).parent / "csrc" / "decode_attention.cpp"
+# -fopenmp: at::parallel_for is inline OpenMP code (sequential without it); the module then shares torch's own
+# libgomp.so.1, already loaded under that name, so there is one thread pool
+CFLAGS = ["-O3", "-march=native", "-fopenmp"]
+ENV_SWITCH = "TRACE_DECODE_KERNEL"  # "0" turns the kernel off
+
+_lock = threading.Lock()
+_module: ModuleType | None = None
+_tried = False
+error: str | None = None  # why the last load failed
+calls = 0  # decode steps' layers that ran the kernel (tests check that a path was taken)
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "1") != "0"
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def build_directory() -> Path:
+    """Where the build lives: keyed by the source, torch's version and the CPU's flags."""
+    key = hashlib.sha256(
+        SOURCE.read_bytes()
+        + " ".join(CFLAGS).encode()
+        + torch.__version__.encode()
+        + _cpu_flags().encode()
+        + sys.version.encode()
+    ).hexdigest()[:16]
+    root = Path(os.environ.get("TRACE_EXTENSIONS_DIR", Path.home() / ".cache" / "trace" / "extensions"))
+    return root / f"decode_attention_{key}"
+
+
+def load() -> ModuleType | None:
+    """The built kernel, building it on first call (tens of seconds, once per CPU and torch version), or None."""
+    global _module, _tried, error
+    if not enabled():
+        return None
+    if _tried:
+        return _module
+    with _lock:
+        if _tried:
+            return _module
+        try:
+            from torch.utils import cpp_extension
+
+            directory = build_directory()
+            directory.mkdir(parents=True, exist_ok=True)
+            _module = cpp_extension.load(
+                name=f"trace_decode_attention_{directory.name.rsplit('_', 1)[1]}",
+                sources=[str(SOURCE)],
+                extra_cflags=CFLAGS,
+                extra_ldflags=["-fopenmp"],
+                build_directory=str(directory),
+                verbose=False,
+            )
+        except Exception as exc:  # no compiler, no ninja, a failed build: keep the matmul path
+            error = f"{type(exc).__name__}: {exc}".strip()
+            print(
+                f"[trace] decode-attention kernel unavailable, using matmuls: {error.splitlines()[0][:300]}",
+                file=sys.stderr,
+            )
+            _module = None
+        _tried = True
+    return _module
+
+
+def supports(query: torch.Tensor, key: torch.Tensor) -> bool:
+    """Whether the kernel can take this step: CPU, bf16 or float32, no gradients, a head shape it was built for."""
+    if query.device.type != "cpu" or query.dtype not in (torch.bfloat16, torch.float32):
+        return False
+    if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad):
+        return False
+    module = load()
+    if module is None:
+        return False
+    groups = query.shape[1] // key.shape[1]
+    dim = query.shape[-1]
+    return groups <= 8 and dim <= 256 and dim % module.vector_width() == 0 and key.stride(-1) == 1
+
+
+def worth_it(rows: int, prefix: int, own: int) -> bool:
+    """Whether the kernel beats the matmul path for this step. It streams the shared prefix once per row, where one
+    matmul reads it once for all rows: at 32 rows over a 2,700-token prefix with 50 own columns the matmuls win
+    (0.9x), from 300 own columns the kernel (1.16x), and at up to 12 rows it wins everywhere measured (1.2-4.4x;
+    ``benchmarks/bench_decode_attention.py``)."""
+    return rows <= 16 or own * 10 >= prefix
+
+
+def splits_for(rows: int, kv_heads: int, columns: int) -> int:
+    """Column splits per (row, head): enough work items for every thread, each at least 256 columns long."""
+    threads = torch.get_num_threads()
+    items = rows * kv_heads
+    wanted = max(1, -(-4 * threads // items))
+    return max(1, min(wanted, columns // 256))
+
+
+def decode_attention(
+    query: torch.Tensor,
+    prefix_k: torch.Tensor,
+    prefix_v: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """``query`` ``[B, Hkv, G, D]``, ``prefix_k``/``prefix_v`` ``[Hkv, P, D]`` (P may be 0), ``key``/``value``
+    ``[B, Hkv, T, D]`` (a strided view of a cache is fine), ``mask`` ``[B|1, T]`` bool. Returns ``[B, Hkv, G, D]``.
+    Call :func:`supports` first."""
+    global calls
+    module = load()
+    assert module is not None
+    calls += 1
+    rows, kv_heads = query.shape[0], query.shape[1]
+    splits = splits_for(rows, kv_heads, prefix_k.shape[1] + key.shape[2])
+    return module.decode_attention(
+        query.contiguous(),
+        prefix_k.contiguous(),
+        prefix_v.contiguous(),
+        key,
+        value,
+        mask.contiguous(),
+        float(scale),
+        splits,
+    )
