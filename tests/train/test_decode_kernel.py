@@ -156,6 +156,32 @@ def test_switched_off_by_environment(monkeypatch):
     assert not decode_kernel.supports(q.reshape(2, 4, 1, 16), k)
 
 
+def test_a_finished_build_is_imported_without_building_again(monkeypatch, tmp_path):
+    """What a later process does: it imports the published module and never touches the compiler, so a lock file
+    that a killed build left behind, or another checkout's build, cannot make it wait or rebuild."""
+    built = decode_kernel.build_directory()
+    monkeypatch.setenv("TRACE_EXTENSIONS_DIR", str(tmp_path))
+    published = decode_kernel.build_directory()
+    shutil.copytree(built, published)
+    (published / "lock").touch()
+
+    def no_build(*args):
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(decode_kernel, "_build", no_build)
+    monkeypatch.setattr(decode_kernel, "_tried", False)
+    monkeypatch.setattr(decode_kernel, "_module", None)
+    module = decode_kernel.load()
+    assert module is not None and decode_kernel.error is None
+    q, pk, pv, k, v, mask = _case(2, 2, 2, 16, 3, 10, torch.float32)
+    torch.testing.assert_close(
+        module.decode_attention(q, pk, pv, k, v, mask, 0.25, 1).double(),
+        _exact(q, pk, pv, k, v, mask, 0.25),
+        atol=2e-6,
+        rtol=0,
+    )
+
+
 @pytest.mark.slow
 def test_a_kernel_that_does_not_build_leaves_the_matmul_path(monkeypatch, tmp_path, capsys):
     broken = tmp_path / "broken.cpp"
@@ -167,5 +193,6 @@ def test_a_kernel_that_does_not_build_leaves_the_matmul_path(monkeypatch, tmp_pa
     assert decode_kernel.load() is None
     assert decode_kernel.error
     assert "decode-attention kernel unavailable, using matmuls" in capsys.readouterr().err
+    assert list((tmp_path / "ext").iterdir()) == []  # the failed build's private directory is gone
     q, pk, pv, k, v, mask = _case(2, 2, 2, 16, 0, 10, torch.float32)
     assert not decode_kernel.supports(q.reshape(2, 4, 1, 16), k)

@@ -24,9 +24,13 @@ attention function then keeps the matmul path. The first failure is reported onc
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
+import importlib.util
 import os
 import platform
+import shutil
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from types import ModuleType
@@ -61,7 +65,7 @@ def _cpu_flags() -> str:
 
 
 def build_directory() -> Path:
-    """Where the build lives: keyed by the source, torch's version and the CPU's flags."""
+    """Where the built module lives: keyed by the source, the flags, torch's and Python's versions and the CPU."""
     key = hashlib.sha256(
         SOURCE.read_bytes()
         + " ".join(CFLAGS).encode()
@@ -71,6 +75,43 @@ def build_directory() -> Path:
     ).hexdigest()[:16]
     root = Path(os.environ.get("TRACE_EXTENSIONS_DIR", Path.home() / ".cache" / "trace" / "extensions"))
     return root / f"decode_attention_{key}"
+
+
+def _import(name: str, library: Path) -> ModuleType:
+    loader = importlib.machinery.ExtensionFileLoader(name, str(library))
+    spec = importlib.util.spec_from_loader(name, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def _build(directory: Path, name: str) -> ModuleType:
+    """Compiles into a private directory and moves it into place in one rename. torch's own build directory takes a
+    lock file that a process killed mid-build leaves behind (every later build then waits on it forever), and two
+    checkouts sharing one directory rebuild each other's objects; a private directory has neither problem, and a
+    finished one is only ever imported."""
+    from torch.utils import cpp_extension
+
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    private = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    try:
+        module = cpp_extension.load(
+            name=name,
+            sources=[str(SOURCE)],
+            extra_cflags=CFLAGS,
+            extra_ldflags=["-fopenmp"],
+            build_directory=str(private),
+            verbose=False,
+        )
+        private.chmod(0o755)  # mkdtemp's 0700 would keep other users of a shared cache out
+        try:
+            private.rename(directory)
+        except OSError:  # another process published first: use its build
+            shutil.rmtree(private, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(private, ignore_errors=True)
+        raise
+    return module
 
 
 def load() -> ModuleType | None:
@@ -84,18 +125,10 @@ def load() -> ModuleType | None:
         if _tried:
             return _module
         try:
-            from torch.utils import cpp_extension
-
             directory = build_directory()
-            directory.mkdir(parents=True, exist_ok=True)
-            _module = cpp_extension.load(
-                name=f"trace_decode_attention_{directory.name.rsplit('_', 1)[1]}",
-                sources=[str(SOURCE)],
-                extra_cflags=CFLAGS,
-                extra_ldflags=["-fopenmp"],
-                build_directory=str(directory),
-                verbose=False,
-            )
+            name = f"trace_decode_attention_{directory.name.rsplit('_', 1)[1]}"
+            library = directory / f"{name}.so"
+            _module = _import(name, library) if library.exists() else _build(directory, name)
         except Exception as exc:  # no compiler, no ninja, a failed build: keep the matmul path
             error = f"{type(exc).__name__}: {exc}".strip()
             print(
