@@ -149,6 +149,118 @@ def test_the_engine_decodes_the_same_tokens_with_the_kernel():
         torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-4, rtol=0)
 
 
+needs_prefill = pytest.mark.skipif(
+    decode_kernel.load() is None or not decode_kernel.load().prefill_available(),
+    reason="the bf16 prefill kernel needs AVX-512 bf16 (this CPU keeps torch's flash attention)",
+)
+
+
+def _prefill_exact(q, k, v, allowed, scale):
+    scores = (q.double() @ k.double().transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return scores.softmax(-1).nan_to_num(0.0) @ v.double(), torch.logsumexp(scores, -1)
+
+
+@needs_prefill
+@pytest.mark.parametrize(
+    "rows, heads, queries, keys, lines, masked",
+    [(1, 3, 90, 300, 30, False), (2, 3, 37, 45, 37, True), (4, 2, 24, 600, 8, True), (3, 1, 6, 1, 6, True)],
+)
+def test_prefill_kernel_equals_exact_attention(rows, heads, queries, keys, lines, masked):
+    """Every query of every (row, head) against packed keys, the mask line m % L of its row, a strided cache view
+    as keys; a query with no allowed key gets zeros and a log-sum-exp of -inf."""
+    g = torch.Generator().manual_seed(rows * 7 + keys)
+    q = torch.randn(rows * heads, queries, 64, generator=g).bfloat16()
+    k = torch.randn(rows, heads, keys + 5, 64, generator=g).bfloat16()[:, :, :keys]
+    v = torch.randn(rows, heads, keys + 5, 64, generator=g).bfloat16()[:, :, :keys]
+    mask = torch.rand(rows, lines, keys, generator=g) > 0.3 if masked else None
+    if masked:
+        mask[0, 0] = False
+    kp, vp = decode_kernel.pack(k, v)
+    out, lse = decode_kernel.prefill(q, kp, vp, keys, heads, mask, lines, 0.125)
+    line = torch.arange(queries) % lines
+    if mask is None:
+        allowed = torch.ones(rows * heads, queries, keys, dtype=torch.bool)
+    else:
+        allowed = mask.repeat_interleave(heads, 0)[:, line]
+    want, want_lse = _prefill_exact(q, k.reshape(-1, keys, 64), v.reshape(-1, keys, 64), allowed, 0.125)
+    # scores in float32 from bf16 products, probabilities rounded to bf16 for the values, output rounded once
+    torch.testing.assert_close(out.double(), want, atol=8e-3, rtol=0)
+    assert torch.equal(lse == float("-inf"), want_lse == float("-inf"))
+    finite = want_lse > float("-inf")
+    torch.testing.assert_close(lse.double()[finite], want_lse[finite], atol=1e-4, rtol=0)
+    if masked:
+        assert torch.equal(out[0, 0], torch.zeros(64, dtype=torch.bfloat16))
+
+
+@needs_prefill
+def test_prefill_kernel_refuses_packed_keys_of_another_shape():
+    q = torch.randn(3, 4, 64).bfloat16()
+    k = torch.randn(1, 3, 40, 64).bfloat16()
+    kp, vp = decode_kernel.pack(k, k)
+    with pytest.raises(RuntimeError, match="packed keys/values do not match"):
+        decode_kernel.prefill(q, kp, vp, 80, 3, None, 1, 0.125)
+    with pytest.raises(RuntimeError, match="mask shape"):
+        decode_kernel.prefill(q, kp, vp, 40, 3, torch.ones(1, 2, 39, dtype=torch.bool), 2, 0.125)
+
+
+@needs_prefill
+@pytest.mark.parametrize("with_mask", [True, False])
+def test_prefill_over_a_shared_prefix_takes_the_kernel_and_agrees_with_flash(with_mask):
+    """The inference prefill of _with_prefix (bf16, head dim 64): the kernel's prefix and own parts merged give
+    what the two flash calls give, as close to exact attention, and the prefix is packed once per layer."""
+    rows, kv_heads, groups, length, own, prefix_len = 3, 2, 3, 7, 20, 50
+    g = torch.Generator().manual_seed(11)
+    query = torch.randn(rows, kv_heads * groups, length, 64, generator=g).bfloat16()
+    k = torch.randn(rows, kv_heads, own + 4, 64, generator=g).bfloat16()[:, :, :own]
+    v = torch.randn(rows, kv_heads, own + 4, 64, generator=g).bfloat16()[:, :, :own]
+    pk = torch.randn(1, kv_heads, prefix_len, 64, generator=g).bfloat16()
+    pv = torch.randn(1, kv_heads, prefix_len, 64, generator=g).bfloat16()
+    causal = torch.ones(length, own, dtype=torch.bool).tril(own - length)
+    own_mask = None
+    if with_mask:
+        own_mask = causal[None, None].expand(rows, 1, -1, -1) & (
+            torch.rand(rows, 1, 1, own, generator=g) > 0.3
+        )
+    layer = _Layer()
+
+    def run(kernel: bool) -> torch.Tensor:
+        attention.use_decode_kernel = kernel
+        shared = attention.SharedPrefix([(pk, pv)])
+        try:
+            before = decode_kernel.calls
+            out, _ = attention.packed_gqa_attention(
+                layer, query, k, v, own_mask, scaling=0.125, shared_prefix=shared
+            )
+            assert (decode_kernel.calls - before == 2) == kernel
+            assert (shared._packed[0] is not None) == kernel
+            return out
+        finally:
+            attention.use_decode_kernel = True
+
+    with_kernel, with_flash = run(True), run(False)
+    allowed = causal[None, None].expand(rows, 1, -1, -1) if own_mask is None else own_mask
+    full = torch.cat([torch.ones(rows, 1, length, prefix_len, dtype=torch.bool), allowed], 3)
+    keys = torch.cat([pk.expand(rows, -1, -1, -1), k], 2).repeat_interleave(groups, 1)
+    values = torch.cat([pv.expand(rows, -1, -1, -1), v], 2).repeat_interleave(groups, 1)
+    want, _ = _prefill_exact(query, keys, values, full, 0.125)
+    want = want.transpose(1, 2)
+    torch.testing.assert_close(with_kernel.double(), want, atol=1e-2, rtol=0)
+    torch.testing.assert_close(with_flash.double(), want, atol=1e-2, rtol=0)
+
+
+@needs_prefill
+def test_the_prefill_switch_turns_off_the_prefill_kernel_alone(monkeypatch):
+    query, key = (
+        torch.zeros(1, 3, 5, 64, dtype=torch.bfloat16),
+        torch.zeros(1, 1, 5, 64, dtype=torch.bfloat16),
+    )
+    assert decode_kernel.supports_prefill(query, key)
+    monkeypatch.setenv(decode_kernel.PREFILL_SWITCH, "0")
+    assert not decode_kernel.supports_prefill(query, key)
+    assert decode_kernel.supports(query[:, :, :1], key)
+
+
 def test_switched_off_by_environment(monkeypatch):
     monkeypatch.setenv(decode_kernel.ENV_SWITCH, "0")
     q, pk, pv, k, v, mask = _case(2, 2, 2, 16, 0, 10, torch.float32)

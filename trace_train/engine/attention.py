@@ -113,6 +113,7 @@ class SharedPrefix:
         self.length = kv[0][0].shape[2] if kv else 0
         self.layers_used = 0
         self._keys_t: list[torch.Tensor | None] = [None] * len(kv)
+        self._packed: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(kv)
 
     def keys_t(self, layer: int) -> torch.Tensor:
         """K transposed once per layer, ``[Hkv, D, P]`` contiguous: a decode step multiplies every row's
@@ -120,6 +121,12 @@ class SharedPrefix:
         if self._keys_t[layer] is None:
             self._keys_t[layer] = self.kv[layer][0][0].transpose(-1, -2).contiguous()
         return self._keys_t[layer]
+
+    def packed(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's keys and values packed for the prefill kernel (``decode_kernel.pack``), made on first use."""
+        if self._packed[layer] is None:
+            self._packed[layer] = decode_kernel.pack(*self.kv[layer])
+        return self._packed[layer]
 
     def check(self) -> None:
         """Raise unless every layer of the forward just run attended to the prefix (then reset the count)."""
@@ -154,6 +161,8 @@ def _with_prefix(module, query, key, value, attention_mask, scaling, prefix: Sha
             additive = additive.masked_fill(~own_mask, torch.finfo(query.dtype).min)
         out = CascadeAttention.apply(query, prefix_k, prefix_v, key, value, additive, scaling)
         return out.transpose(1, 2).contiguous(), None
+    if length > 1 and use_decode_kernel and decode_kernel.supports_prefill(query, key):  # bf16 dot products
+        return _kernel_prefill(query, prefix, module.layer_idx, key, value, own_mask, scaling), None
     if length > 1 and query.device.type == "cpu":  # prefill: two flash calls, as in training (no copies)
         return _cascade_prefill(query, prefix_k, prefix_v, key, value, own_mask, scaling), None
     if length > 1:  # elsewhere: the prefix concatenated per row, then one packed attention
@@ -219,6 +228,29 @@ def _cascade_prefill(query, prefix_k, prefix_v, key, value, own_mask, scale) -> 
     out_o, lse_o = _flash(q_own, key, value, attn_mask=additive, scale=scale)
     out_o, lse_o = out_o.reshape(rows, q_heads, length, dim), lse_o.reshape(rows, q_heads, length)
     out, _ = _merge(unfold(out_p), unfold(lse_p), out_o, lse_o)
+    return out.transpose(1, 2).contiguous()
+
+
+def _kernel_prefill(query, prefix: SharedPrefix, layer: int, key, value, own_mask, scale) -> torch.Tensor:
+    """:func:`_cascade_prefill` through the decode kernel module's bf16 prefill kernel: the prefix part over the
+    prefix packed once per session and layer, the own part over each row's columns packed per call, merged by
+    their log-sum-exps. Returns ``[B, L, Hq, D]``."""
+    rows, q_heads, length, dim = query.shape
+    kv_heads, own = key.shape[1], key.shape[2]
+    groups = q_heads // kv_heads
+    fold, unfold = _folding(rows, kv_heads, groups, length)
+    kp, vp = prefix.packed(layer)
+    out_p, lse_p = decode_kernel.prefill(fold(query)[0], kp, vp, prefix.length, kv_heads, None, 1, scale)
+    mask = own_mask.reshape(own_mask.shape[0], length, own)
+    own_kp, own_vp = decode_kernel.pack(key, value)
+    q_own = query.reshape(rows * kv_heads, groups * length, dim)
+    out_o, lse_o = decode_kernel.prefill(q_own, own_kp, own_vp, own, kv_heads, mask, length, scale)
+    out, _ = _merge(
+        unfold(out_p[None]),
+        unfold(lse_p[None]),
+        out_o.reshape(rows, q_heads, length, dim),
+        lse_o.reshape(rows, q_heads, length),
+    )
     return out.transpose(1, 2).contiguous()
 
 

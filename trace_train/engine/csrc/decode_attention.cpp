@@ -18,6 +18,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "exp16.h"
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 namespace {
@@ -44,21 +46,7 @@ inline __m128 sum4(V a, V b, V c, V d) {
   const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(abcd), 1)));
   return _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
 }
-// e^x to about 1 ulp on the softmax's range (x <= 0): Cody-Waite reduction, degree-6 polynomial, 2^n by scalef
-inline V vexp(V x) {
-  x = _mm512_max_ps(x, vset(-87.0f));
-  V n = _mm512_roundscale_ps(vmul(x, vset(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  V r = _mm512_fnmadd_ps(n, vset(0.693145752f), x);
-  r = _mm512_fnmadd_ps(n, vset(1.42860677e-06f), r);
-  V p = vset(1.0f / 720);
-  p = vfma(p, r, vset(1.0f / 120));
-  p = vfma(p, r, vset(1.0f / 24));
-  p = vfma(p, r, vset(1.0f / 6));
-  p = vfma(p, r, vset(0.5f));
-  p = vfma(p, r, vset(1.0f));
-  p = vfma(p, r, vset(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
+inline V vexp(V x) { return trace_exp16(x); }  // exp16.h
 }  // namespace
 #elif defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -392,7 +380,16 @@ torch::Tensor decode_attention(torch::Tensor query, torch::Tensor prefix_k, torc
 
 }  // namespace
 
+// prefill_attention.cpp
+bool prefill_available();
+std::vector<torch::Tensor> pack_kv(torch::Tensor key, torch::Tensor value);
+std::vector<torch::Tensor> prefill_attention(torch::Tensor query, torch::Tensor kp, torch::Tensor vp, int64_t len,
+                                             int64_t heads, torch::Tensor mask, int64_t mask_queries, double scale);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_attention", &decode_attention, "one decode step of GQA over a shared prefix and own columns");
   m.def("vector_width", []() { return W; }, "floats per vector register this build uses");
+  m.def("prefill_available", &prefill_available, "whether this build has the bf16 prefill kernel (AVX-512 bf16)");
+  m.def("pack_kv", &pack_kv, "keys and values packed in bf16 pairs for prefill_attention");
+  m.def("prefill_attention", &prefill_attention, "attention of many queries over packed keys, with log-sum-exps");
 }
