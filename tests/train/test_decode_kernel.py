@@ -250,6 +250,49 @@ def test_prefill_over_a_shared_prefix_takes_the_kernel_and_agrees_with_flash(wit
 
 
 @needs_prefill
+@pytest.mark.parametrize("mask_kind", ["causal", "bool", "additive"])
+def test_a_prefill_without_shared_prefix_takes_the_kernel_and_agrees_with_sdpa(mask_kind):
+    """packed_gqa_attention at length > 1 with no shared prefix (a fresh causal prefill, or a masked one over a
+    cache with holes): the kernel's output equals exact attention as closely as sdpa's does."""
+    rows, kv_heads, groups, length, columns = 2, 3, 3, 9, 9 if mask_kind == "causal" else 30
+    g = torch.Generator().manual_seed(3)
+    query = torch.randn(rows, kv_heads * groups, length, 64, generator=g).bfloat16()
+    k = torch.randn(rows, kv_heads, columns, 64, generator=g).bfloat16()
+    v = torch.randn(rows, kv_heads, columns, 64, generator=g).bfloat16()
+    allowed = (
+        torch.ones(length, columns, dtype=torch.bool).tril(columns - length)[None, None].repeat(rows, 1, 1, 1)
+    )
+    if mask_kind != "causal":
+        allowed &= torch.rand(rows, 1, 1, columns, generator=g) > 0.3
+        allowed[..., columns - length :] |= torch.eye(length, dtype=torch.bool)  # each query sees itself
+    mask = {"causal": None, "bool": allowed}.get(mask_kind)
+    if mask_kind == "additive":
+        mask = torch.zeros(allowed.shape, dtype=torch.bfloat16).masked_fill(
+            ~allowed, torch.finfo(torch.bfloat16).min
+        )
+    layer = _Layer()
+    layer.num_key_value_groups = groups  # sdpa's path repeats K/V by it
+    layer.is_causal = True
+
+    def run(kernel: bool) -> torch.Tensor:
+        attention.use_decode_kernel = kernel
+        try:
+            before = decode_kernel.calls
+            out, _ = attention.packed_gqa_attention(layer, query, k, v, mask, scaling=0.125)
+            assert (decode_kernel.calls > before) == kernel
+            return out
+        finally:
+            attention.use_decode_kernel = True
+
+    keys, values = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    want, _ = _prefill_exact(query, keys, values, allowed, 0.125)
+    want = want.transpose(1, 2)
+    with_kernel, with_sdpa = run(True), run(False)
+    torch.testing.assert_close(with_kernel.double(), want, atol=1e-2, rtol=0)
+    torch.testing.assert_close(with_sdpa.double(), want, atol=1e-2, rtol=0)
+
+
+@needs_prefill
 def test_the_prefill_switch_turns_off_the_prefill_kernel_alone(monkeypatch):
     query, key = (
         torch.zeros(1, 3, 5, 64, dtype=torch.bfloat16),

@@ -61,6 +61,20 @@ def packed_gqa_attention(
     groups = q_heads // kv_heads
     mask_per_head = attention_mask is not None and attention_mask.shape[1] != 1
     if (
+        length > 1
+        and use_decode_kernel
+        and not dropout
+        and not mask_per_head
+        and kwargs.get("position_bias") is None
+        and (
+            attention_mask is not None or length == key.shape[2]
+        )  # a mask-free call is a fresh causal prefill
+        and decode_kernel.supports_prefill(query, key)
+    ):
+        return _kernel_prefill_own(
+            query, key, value, attention_mask, dim**-0.5 if scaling is None else scaling
+        ), None
+    if (
         groups == 1
         or dropout
         or mask_per_head
@@ -252,6 +266,23 @@ def _kernel_prefill(query, prefix: SharedPrefix, layer: int, key, value, own_mas
         lse_o.reshape(rows, q_heads, length),
     )
     return out.transpose(1, 2).contiguous()
+
+
+def _kernel_prefill_own(query, key, value, attention_mask, scale) -> torch.Tensor:
+    """A prefill without a shared prefix through the bf16 prefill kernel: ``attention_mask`` ``[B|1, 1, L, T]``
+    (bool or additive) or None for causal over ``T == L`` columns. Returns ``[B, L, Hq, D]``."""
+    rows, q_heads, length, dim = query.shape
+    kv_heads, columns = key.shape[1], key.shape[2]
+    allowed = attention_mask
+    if allowed is None:
+        allowed = _causal(length, query.device)[None]
+    elif allowed.dtype != torch.bool:  # additive
+        allowed = allowed > torch.finfo(allowed.dtype).min / 2
+    allowed = allowed.reshape(allowed.shape[0], length, columns)
+    kp, vp = decode_kernel.pack(key, value)
+    q = query.reshape(rows * kv_heads, (q_heads // kv_heads) * length, dim)
+    out, _ = decode_kernel.prefill(q, kp, vp, columns, kv_heads, allowed, length, scale)
+    return out.reshape(rows, q_heads, length, dim).transpose(1, 2).contiguous()
 
 
 def _merge(out_p, lse_p, out_o, lse_o) -> tuple[torch.Tensor, torch.Tensor]:
