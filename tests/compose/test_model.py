@@ -9,6 +9,7 @@ from peft import PeftModel
 import trace_train.compose.model as compose_model
 from tests.compose.helpers import randomise_gates
 from trace_train.compose.model import CompositionError
+from trace_train.engine import decode_kernel
 from trace_train.models import load_model
 
 
@@ -39,11 +40,14 @@ def test_forced_slot_reproduces_that_adapter_exactly(composition, compose_base, 
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("path", ["grouped", "per_token"])
+@pytest.mark.parametrize("path", ["grouped", "per_token", "per_token_matmuls"])
 def test_top1_routing_per_token_and_only_chosen_adapters_computed(composition, monkeypatch, path):
     """Layer 0 sees the same input whatever the routing, so each token's q_proj output must equal the
-    forced-slot output of the slot its gate chose; and (grouped path) adapter k's A only sees k's tokens."""
+    forced-slot output of the slot its gate chose; and (grouped path) adapter k's A only sees k's tokens.
+    ``per_token`` runs the C++ update where it builds (decode_kernel), ``per_token_matmuls`` the masked matmuls."""
     monkeypatch.setattr(compose_model, "PER_TOKEN_MAX", 0 if path == "grouped" else 10_000)
+    monkeypatch.setattr(compose_model, "use_lora_kernel", path == "per_token")
+    kernel_calls = decode_kernel.calls
     randomise_gates(composition)
     x = ids(batch=3, length=17)
     q0 = composition.routed["model.layers.0.self_attn.q_proj"]
@@ -75,7 +79,9 @@ def test_top1_routing_per_token_and_only_chosen_adapters_computed(composition, m
         rows = slots == k
         torch.testing.assert_close(routed_out[rows], forced[rows], rtol=0, atol=1e-6)
     hook.remove()
-    if path == "per_token":
+    if path == "per_token" and decode_kernel.load() is not None:
+        assert decode_kernel.calls > kernel_calls, "the per-token update did not take the kernel"
+    if path != "grouped":
         assert not [c for c in calls if c[0] in {a.data_ptr() for a in q0.lora_A}]
         return
     # every A matmul of layer 0's q_proj ran on exactly the tokens of its slot, never on all tokens

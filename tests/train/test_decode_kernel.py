@@ -351,3 +351,36 @@ def test_a_kernel_that_does_not_build_leaves_the_matmul_path(monkeypatch, tmp_pa
     assert list((tmp_path / "ext").iterdir()) == []  # the failed build's private directory is gone
     q, pk, pv, k, v, mask = _case(2, 2, 2, 16, 0, 10, torch.float32)
     assert not decode_kernel.supports(q.reshape(2, 4, 1, 16), k)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_routed_lora_update_adds_each_tokens_own_adapter_only(dtype):
+    """out[t] += B_s A_s x[t] * scaling for the token's slot s (none for the base slot 0), against float64."""
+    tokens, width_in, width_out, adapters, rank = 7, 40, 300, 3, 4
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(tokens, width_in, generator=g).to(dtype)
+    a = [torch.randn(rank, width_in, generator=g).to(dtype) for _ in range(adapters)]
+    b = [torch.randn(width_out, rank, generator=g).to(dtype) for _ in range(adapters)]
+    scaling = [0.5, 2.0, 1.0]
+    stacked_a = torch.cat(a)
+    stacked_bt = (
+        torch.cat([(bk.double() * s).to(dtype) for bk, s in zip(b, scaling, strict=True)], 1).t().contiguous()
+    )
+    slots = torch.tensor([0, 1, 2, 3, 1, 0, 3])
+    base = torch.randn(tokens, width_out + 5, generator=g).to(dtype)[
+        :, :width_out
+    ]  # a strided view of a buffer
+    out = base.clone()
+    decode_kernel.routed_lora_update(x, stacked_a, stacked_bt, slots, out, rank)
+    want = base.double().clone()
+    for t, s in enumerate(slots.tolist()):
+        if s:
+            want[t] += (b[s - 1].double() * scaling[s - 1]) @ (a[s - 1].double() @ x[t].double())
+    tol = 1e-4 if dtype == torch.float32 else 0.0
+    if dtype == torch.bfloat16:  # one rounding of the exact sum
+        torch.testing.assert_close(out, want.to(dtype), atol=want.abs().max().item() * 2**-8, rtol=0)
+    else:
+        torch.testing.assert_close(out.double(), want, atol=tol, rtol=0)
+    assert torch.equal(out[0], base[0]) and torch.equal(out[5], base[5])  # base-slot tokens untouched
+    with pytest.raises(RuntimeError, match="a slot past the adapters"):
+        decode_kernel.routed_lora_update(x, stacked_a, stacked_bt, torch.full((tokens,), 4), out, rank)

@@ -26,12 +26,16 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from trace_train.engine import decode_kernel
+
 BASE_SLOT = 0
 # Up to this many tokens per forward with mixed slots (decode steps), the updates are computed for all adapters
 # at once and masked per token (a fixed number of ops) instead of one group per slot.
 PER_TOKEN_MAX = 64
 # Benchmarks set this to label the gate / gather / matmul / scatter regions for torch.profiler.
 PROFILE = False
+# decode-sized updates through decode_kernel.routed_lora_update where it builds (False: the masked matmuls)
+use_lora_kernel = True
 
 
 class CompositionError(ValueError):
@@ -158,6 +162,9 @@ class RoutedLoRALinear(nn.Module):
         self.in_features, self.out_features = base_layer.in_features, base_layer.out_features
         object.__setattr__(self, "_gate", gate)  # not a submodule: the gate belongs to the decoder layer
         self._stack_cache: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._transposed_b: tuple[torch.Tensor, torch.Tensor] | None = (
+            None  # (big B, its transpose) for the kernel
+        )
 
     @property
     def weight(self) -> torch.Tensor:  # for code that inspects ``module.weight`` (dtype/device checks)
@@ -220,6 +227,15 @@ class RoutedLoRALinear(nn.Module):
         per token (1.7x the merged model's decode time at N = 4; see ``benchmarks/bench_compose.py``).
         """
         big_a, big_b = self._stacked()
+        if use_lora_kernel and decode_kernel.supports_routed_lora(flat_x, flat_out, big_a):
+            with _region("compose.lora_matmul"):  # each token's own adapter only (decode_kernel)
+                if self._transposed_b is None or self._transposed_b[0] is not big_b:
+                    self._transposed_b = (big_b, big_b.t().contiguous())
+                rank = big_a.shape[0] // len(self.lora_A)
+                decode_kernel.routed_lora_update(
+                    flat_x, big_a, self._transposed_b[1], plan.slots, flat_out, rank
+                )
+            return
         with _region("compose.lora_matmul"):
             h = F.linear(flat_x.to(big_a.dtype), big_a)  # (T, N*r)
             h = h * plan.rank_mask(len(self.lora_A), big_a.shape[0] // len(self.lora_A), h.dtype)

@@ -216,6 +216,35 @@ def prefill(
     return out, lse
 
 
+def supports_routed_lora(x: torch.Tensor, out: torch.Tensor, stacked_a: torch.Tensor) -> bool:
+    """Whether the composed model's per-token LoRA update can run in the kernel: CPU, one dtype (bf16 or float32)
+    for input, output and factors, no gradients, and an output the kernel can add to in place."""
+    if x.device.type != "cpu" or x.dtype not in (torch.bfloat16, torch.float32):
+        return False
+    if out.dtype != x.dtype or stacked_a.dtype != x.dtype or out.stride(-1) != 1:
+        return False
+    if torch.is_grad_enabled() and (x.requires_grad or out.requires_grad or stacked_a.requires_grad):
+        return False
+    return load() is not None
+
+
+def routed_lora_update(
+    x: torch.Tensor,
+    stacked_a: torch.Tensor,
+    stacked_bt: torch.Tensor,
+    slots: torch.Tensor,
+    out: torch.Tensor,
+    rank: int,
+) -> None:
+    """``out[t] += B_s (A_s x[t])`` for each token t of slot s >= 1 (slot 0, the base, adds nothing): ``x``
+    ``[T, in]``, ``stacked_a`` ``[N*r, in]`` (adapter s at rows ``(s-1)*r ...``), ``stacked_bt`` ``[N*r, out]`` (each
+    B transposed, its scaling folded in), ``slots`` ``[T]``, ``out`` ``[T, out]`` updated in place, in float32
+    with one rounding. Call :func:`supports_routed_lora` first."""
+    global calls
+    calls += 1
+    load().routed_lora_update(x.contiguous(), stacked_a, stacked_bt, slots.contiguous(), out, int(rank))
+
+
 def worth_it(rows: int, prefix: int, own: int) -> bool:
     """Whether the kernel beats the matmul path for this step. It streams the shared prefix once per row, where one
     matmul reads it once for all rows: at 32 rows over a 2,700-token prefix with 50 own columns the matmuls win
