@@ -26,8 +26,12 @@ score 32 keys per step with ``vdpbf16ps``, keep an online softmax in float32, an
 probabilities (as flash attention does on GPUs); each call returns the log-sum-exps that merge the prefix and own
 parts. Built only where the CPU has AVX-512 bf16 (``prefill_available()``), for head dim 64.
 
+``csrc/routed_lora.cpp`` (the same module) serves the composed model (``trace_train/compose/model.py``): at decode
+sizes each token adds its own adapter's LoRA update only, where the masked stacked factors computed every adapter's
+for every token (:func:`routed_lora_update`).
+
 :func:`load` returns the built module or None (no compiler, a failed build, ``TRACE_DECODE_KERNEL=0``); the
-attention function then keeps the matmul path. The first failure is reported once on stderr.
+callers then keep torch's paths. The first failure is reported once on stderr.
 """
 
 from __future__ import annotations
@@ -46,13 +50,12 @@ from types import ModuleType
 
 import torch
 
-SOURCE = (
-    Path(__file__).parent / "csrc" / "decode_attention.cpp"
-)  # the module: it binds the other files' functions
+# the module's source: it binds the functions of the other files in csrc/ (prefill, routed LoRA)
+SOURCE = Path(__file__).parent / "csrc" / "decode_attention.cpp"
 # -fopenmp: at::parallel_for is inline OpenMP code (sequential without it); the module then shares torch's own
 # libgomp.so.1, already loaded under that name, so there is one thread pool
 CFLAGS = ["-O3", "-march=native", "-fopenmp"]
-ENV_SWITCH = "TRACE_DECODE_KERNEL"  # "0" turns both kernels off
+ENV_SWITCH = "TRACE_DECODE_KERNEL"  # "0" turns every kernel of the module off
 PREFILL_SWITCH = "TRACE_PREFILL_KERNEL"  # "0" turns the prefill kernel off (decode keeps its kernel)
 
 _lock = threading.Lock()
