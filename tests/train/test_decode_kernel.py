@@ -304,6 +304,17 @@ def test_the_prefill_switch_turns_off_the_prefill_kernel_alone(monkeypatch):
     assert decode_kernel.supports(query[:, :, :1], key)
 
 
+@needs_prefill
+def test_an_amx_cpu_keeps_torchs_flash_attention_for_prefill(monkeypatch):
+    query, key = (
+        torch.zeros(1, 3, 5, 64, dtype=torch.bfloat16),
+        torch.zeros(1, 1, 5, 64, dtype=torch.bfloat16),
+    )
+    flags = decode_kernel._cpu_flags()
+    monkeypatch.setattr(decode_kernel, "_cpu_flags", lambda: flags + " amx_bf16 amx_tile")
+    assert not decode_kernel.supports_prefill(query, key)
+
+
 def test_switched_off_by_environment(monkeypatch):
     monkeypatch.setenv(decode_kernel.ENV_SWITCH, "0")
     q, pk, pv, k, v, mask = _case(2, 2, 2, 16, 0, 10, torch.float32)

@@ -24,7 +24,8 @@ reach 660-940), and prefill over the 2,700-token shared prefix spent two thirds 
 are packed in bf16 pairs (the prefix once per session and layer, ``SharedPrefix.packed``), tiles of 4 queries
 score 32 keys per step with ``vdpbf16ps``, keep an online softmax in float32, and add the values with bf16
 probabilities (as flash attention does on GPUs); each call returns the log-sum-exps that merge the prefix and own
-parts. Built only where the CPU has AVX-512 bf16 (``prefill_available()``), for head dim 64.
+parts. Built only where the CPU has AVX-512 bf16 (``prefill_available()``), for head dim 64; not used on a CPU with
+AMX, where torch's flash attention has AMX tiles (not measured against this kernel).
 
 ``csrc/routed_lora.cpp`` (the same module) serves the composed model (``trace_train/compose/model.py``): at decode
 sizes each token adds its own adapter's LoRA update only, where the masked stacked factors computed every adapter's
@@ -36,6 +37,7 @@ callers then keep torch's paths. The first failure is reported once on stderr.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -69,6 +71,7 @@ def enabled() -> bool:
     return os.environ.get(ENV_SWITCH, "1") != "0"
 
 
+@functools.cache
 def _cpu_flags() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -81,6 +84,12 @@ def _cpu_flags() -> str:
 
 def _sources() -> list[Path]:
     return [SOURCE, *sorted(p for p in SOURCE.parent.glob("*.cpp") if p != SOURCE)]
+
+
+def _has_amx() -> bool:
+    """Whether the CPU has AMX bf16 tiles: torch's flash attention computes bf16 with them (its brgemm path), where
+    this kernel has only been measured against torch on a CPU without AMX, so there torch's path stays."""
+    return "amx_bf16" in _cpu_flags().split()
 
 
 def build_directory() -> Path:
@@ -177,7 +186,7 @@ def supports(query: torch.Tensor, key: torch.Tensor) -> bool:
 def supports_prefill(query: torch.Tensor, key: torch.Tensor) -> bool:
     """Whether the bf16 prefill kernel can take this forward: CPU, bf16, head dim 64, no gradients, and a build
     with AVX-512 bf16 (elsewhere torch's flash attention stays)."""
-    if os.environ.get(PREFILL_SWITCH, "1") == "0":
+    if os.environ.get(PREFILL_SWITCH, "1") == "0" or _has_amx():
         return False
     if query.device.type != "cpu" or query.dtype != torch.bfloat16 or key.dtype != torch.bfloat16:
         return False
