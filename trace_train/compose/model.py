@@ -161,10 +161,7 @@ class RoutedLoRALinear(nn.Module):
         self.scaling = list(scaling)
         self.in_features, self.out_features = base_layer.in_features, base_layer.out_features
         object.__setattr__(self, "_gate", gate)  # not a submodule: the gate belongs to the decoder layer
-        self._stack_cache: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._transposed_b: tuple[torch.Tensor, torch.Tensor] | None = (
-            None  # (big B, its transpose) for the kernel
-        )
+        self._stack_cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     @property
     def weight(self) -> torch.Tensor:  # for code that inspects ``module.weight`` (dtype/device checks)
@@ -199,9 +196,10 @@ class RoutedLoRALinear(nn.Module):
                     flat_out.index_add_(0, idx, y.to(flat_out.dtype))
         return flat_out.reshape(shape)
 
-    def _stacked(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every adapter's A stacked along the rank, ``[N*r, in]``, and its B side by side with the scaling folded
-        in, ``[out, N*r]`` (ranks zero-padded to the largest)."""
+    def _stacked(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every adapter's A stacked along the rank, ``[N*r, in]``, its B side by side with the scaling folded
+        in, ``[out, N*r]`` (ranks zero-padded to the largest), and that B transposed, ``[N*r, out]`` contiguous
+        (what ``decode_kernel.routed_lora_update`` reads)."""
         a0 = self.lora_A[0]
         cached = self._stack_cache
         if cached is not None and cached[0].dtype == a0.dtype and cached[0].device == a0.device:
@@ -214,7 +212,7 @@ class RoutedLoRALinear(nn.Module):
             for k, (a, b) in enumerate(zip(self.lora_A, self.lora_B, strict=True)):
                 big_a[k * rank : k * rank + a.shape[0]] = a
                 big_b[:, k * rank : k * rank + b.shape[1]] = b * self.scaling[k]
-        self._stack_cache = (big_a, big_b)
+        self._stack_cache = (big_a, big_b, big_b.t().contiguous())
         return self._stack_cache
 
     def _per_token_update(self, flat_x: torch.Tensor, flat_out: torch.Tensor, plan: RoutingPlan) -> None:
@@ -226,19 +224,15 @@ class RoutedLoRALinear(nn.Module):
         the stacked factors are small (N*r rows) where gathering each token's own B copied ``out x r`` weights
         per token (1.7x the merged model's decode time at N = 4; see ``benchmarks/bench_compose.py``).
         """
-        big_a, big_b = self._stacked()
+        big_a, big_b, big_bt = self._stacked()
+        rank = big_a.shape[0] // len(self.lora_A)
         if use_lora_kernel and decode_kernel.supports_routed_lora(flat_x, flat_out, big_a):
             with _region("compose.lora_matmul"):  # each token's own adapter only (decode_kernel)
-                if self._transposed_b is None or self._transposed_b[0] is not big_b:
-                    self._transposed_b = (big_b, big_b.t().contiguous())
-                rank = big_a.shape[0] // len(self.lora_A)
-                decode_kernel.routed_lora_update(
-                    flat_x, big_a, self._transposed_b[1], plan.slots, flat_out, rank
-                )
+                decode_kernel.routed_lora_update(flat_x, big_a, big_bt, plan.slots, flat_out, rank)
             return
         with _region("compose.lora_matmul"):
             h = F.linear(flat_x.to(big_a.dtype), big_a)  # (T, N*r)
-            h = h * plan.rank_mask(len(self.lora_A), big_a.shape[0] // len(self.lora_A), h.dtype)
+            h = h * plan.rank_mask(len(self.lora_A), rank, h.dtype)
             y = F.linear(h, big_b)
         with _region("compose.scatter"):
             flat_out.add_(y.to(flat_out.dtype))

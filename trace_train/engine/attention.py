@@ -60,20 +60,18 @@ def packed_gqa_attention(
     kv_heads = key.shape[1]
     groups = q_heads // kv_heads
     mask_per_head = attention_mask is not None and attention_mask.shape[1] != 1
+    scale = dim**-0.5 if scaling is None else scaling
+    fresh_causal = attention_mask is None and length == key.shape[2]  # what a mask-free prefill means here
     if (
         length > 1
         and use_decode_kernel
         and not dropout
         and not mask_per_head
         and kwargs.get("position_bias") is None
-        and (
-            attention_mask is not None or length == key.shape[2]
-        )  # a mask-free call is a fresh causal prefill
+        and (attention_mask is not None or fresh_causal)
         and decode_kernel.supports_prefill(query, key)
     ):
-        return _kernel_prefill_own(
-            query, key, value, attention_mask, dim**-0.5 if scaling is None else scaling
-        ), None
+        return _kernel_prefill_own(query, key, value, attention_mask, scale), None
     if (
         groups == 1
         or dropout
@@ -94,17 +92,13 @@ def packed_gqa_attention(
             **kwargs,
         )
     if length == 1 and use_decode_kernel and decode_kernel.supports(query, key):  # a decode step: one pass
-        allowed = attention_mask
-        if allowed is None:
+        if attention_mask is None:
             allowed = torch.ones((1, key.shape[2]), dtype=torch.bool)
-        elif allowed.dtype != torch.bool:  # additive
-            allowed = allowed > torch.finfo(allowed.dtype).min / 2
-        allowed = allowed.reshape(allowed.shape[0], key.shape[2])
+        else:
+            allowed = _allowed(attention_mask).reshape(attention_mask.shape[0], key.shape[2])
         no_prefix = query.new_empty((kv_heads, 0, dim))
         q = query.reshape(batch, kv_heads, groups, dim)
-        out = decode_kernel.decode_attention(
-            q, no_prefix, no_prefix, key, value, allowed, dim**-0.5 if scaling is None else scaling
-        )
+        out = decode_kernel.decode_attention(q, no_prefix, no_prefix, key, value, allowed, scale)
         return out.reshape(batch, 1, q_heads, dim), None
     # query head h = k * groups + g reads K/V head k: fold g into the query length of head k
     q = query.reshape(batch, kv_heads, groups * length, dim)
@@ -164,8 +158,7 @@ def _with_prefix(module, query, key, value, attention_mask, scaling, prefix: Sha
     if own_mask is None:  # transformers skips the mask when it is plain causal over the own columns
         q_pos = torch.arange(own - length, own, device=query.device)
         own_mask = (torch.arange(own, device=query.device)[None, :] <= q_pos[:, None])[None, None]
-    if own_mask.dtype != torch.bool:  # additive
-        own_mask = own_mask > torch.finfo(own_mask.dtype).min / 2
+    own_mask = _allowed(own_mask)
     if length > 1 and query.device.type == "cpu" and _needs_grad(query, key, value, prefix_k, prefix_v):
         # training: the prefix is never copied per row (see CascadeAttention)
         causal = own_mask.shape[-2:] == (own, own) and bool((own_mask == _causal(own, own_mask.device)).all())
@@ -273,16 +266,17 @@ def _kernel_prefill_own(query, key, value, attention_mask, scale) -> torch.Tenso
     (bool or additive) or None for causal over ``T == L`` columns. Returns ``[B, L, Hq, D]``."""
     rows, q_heads, length, dim = query.shape
     kv_heads, columns = key.shape[1], key.shape[2]
-    allowed = attention_mask
-    if allowed is None:
-        allowed = _causal(length, query.device)[None]
-    elif allowed.dtype != torch.bool:  # additive
-        allowed = allowed > torch.finfo(allowed.dtype).min / 2
+    allowed = _causal(length, query.device)[None] if attention_mask is None else _allowed(attention_mask)
     allowed = allowed.reshape(allowed.shape[0], length, columns)
     kp, vp = decode_kernel.pack(key, value)
     q = query.reshape(rows * kv_heads, (q_heads // kv_heads) * length, dim)
     out, _ = decode_kernel.prefill(q, kp, vp, columns, kv_heads, allowed, length, scale)
     return out.reshape(rows, q_heads, length, dim).transpose(1, 2).contiguous()
+
+
+def _allowed(mask: torch.Tensor) -> torch.Tensor:
+    """A bool mask as it is; an additive one as bool (True where the position may be attended to)."""
+    return mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
 
 
 def _merge(out_p, lse_p, out_o, lse_o) -> tuple[torch.Tensor, torch.Tensor]:

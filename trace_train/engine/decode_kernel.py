@@ -64,7 +64,7 @@ _lock = threading.Lock()
 _module: ModuleType | None = None
 _tried = False
 error: str | None = None  # why the last load failed
-calls = 0  # decode steps' layers that ran the kernel (tests check that a path was taken)
+calls = 0  # calls into any of the module's kernels (tests check that a path was taken)
 
 
 def enabled() -> bool:
@@ -200,7 +200,7 @@ def supports_prefill(query: torch.Tensor, key: torch.Tensor) -> bool:
 
 def pack(key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``key``/``value`` ``[R, H, T, 64]`` bf16 (a strided view of a cache is fine), packed for :func:`prefill`."""
-    kp, vp = load().pack_kv(key, value)
+    kp, vp = load().pack_kv(key, value)  # a list from C++
     return kp, vp
 
 
