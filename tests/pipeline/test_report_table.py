@@ -257,3 +257,34 @@ def test_the_curves_section_shows_every_adapter_and_both_direct_rows(tmp_path):
         "curve_informative_group_share.png",
         "curve_level_mean.png",
     ]
+
+
+def test_other_seeds_tables_sit_beside_this_runs(tmp_path):
+    """``report.other_runs``: a finished run of another seed contributes a column; a folder that is not a
+    finished run is refused with its name."""
+    import json
+
+    from trace_train.pipeline.stages.report import seeds_section
+
+    ctx = _ctx(with_direct=True)
+    ctx.config.seed, ctx.config.out, ctx.config.report = 0, "runs/demo", SimpleNamespace(other_runs=[])
+    assert seeds_section(ctx) is None  # one seed: no section
+    other = tmp_path / "demo-seed1"
+    (other / "08-evaluation").mkdir(parents=True)
+    (other / "run_config.json").write_text(json.dumps({"seed": 1}))
+    base, moe = _episodes({0, 1}), _episodes({0, 1, 2, 3, 4, 5})
+    rows = [_row("base", base), _row("moe", moe) | {"vs_base": _paired(base, moe)}]
+    (other / "08-evaluation" / "table.json").write_text(json.dumps({"rows": rows}))
+    ctx.config.report.other_runs = [str(other)]
+    section = seeds_section(ctx)
+    check_tables([section])
+    ((header, lines),) = section.tables
+    assert header == ["method", "seed 0", "seed 1", "spread (points)"]
+    table = {line[0]: dict(zip(header, line, strict=True)) for line in lines}
+    assert table["moe"]["seed 0"].startswith("2/8 (25.0%) [0.00-1.00]; base p ")
+    assert "direct_grpo p" in table["moe"]["seed 0"]
+    assert table["moe"]["seed 1"].startswith("6/8 (75.0%)") and table["moe"]["spread (points)"] == "50.0"
+    assert table["direct_grpo"]["seed 1"] == "-" and table["direct_grpo"]["spread (points)"] == "-"
+    ctx.config.report.other_runs = [str(tmp_path / "not-a-run")]
+    with pytest.raises(ValueError, match="not-a-run has no run_config.json"):
+        seeds_section(ctx)

@@ -72,6 +72,23 @@ def test_the_exact_warm_start_loads_the_shipped_base(shipped_root, tiny_model_di
     assert result["trained_on"][0]["task_indices"] == [500_000, 500_003]
 
 
+def test_another_run_seed_keeps_the_shipped_base_and_another_fit_seed_does_not(
+    shipped_root, tiny_model_dir, tmp_path, monkeypatch
+):
+    """A second seed of every stage after the base (``seed = 1``) starts from the same shipped base; a warm
+    start with its own other seed (``base.warm_start.seed``) is another fit."""
+    monkeypatch.setattr(bases, "BASES_DIR", shipped_root)
+    ctx, _ = stage(tmp_path / "run-seed", str(tiny_model_dir))
+    ctx.config.seed = 1
+    assert base.run(ctx)["shipped"]["name"] == "toy-tiny"
+    fits = []
+    monkeypatch.setattr(sft, "run_sft", lambda args, **kw: fits.append(args) or pytest.fail("fitted"))
+    ctx, _ = stage(tmp_path / "fit-seed", str(tiny_model_dir), seed=1)
+    with pytest.raises(pytest.fail.Exception, match="fitted"):
+        base.run(ctx)
+    assert fits[0].seed == 1
+
+
 def test_another_warm_start_is_fitted_and_a_changed_file_refused(
     shipped_root, tiny_model_dir, tmp_path, monkeypatch
 ):

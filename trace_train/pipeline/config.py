@@ -65,6 +65,12 @@ class WarmStartConfig(SFTSettings):
     seed_offset: int = knob(
         500_000, "first train-split task index (kept apart from the tasks rollouts and GRPO use)", minimum=0
     )
+    seed: int = knob(
+        0,
+        "the fit's own seed, apart from the run's: the shipped base is seed 0's fit, so a run with another `seed` "
+        "repeats every stage after the base from the same base (set both for a second base too)",
+        minimum=0,
+    )
 
 
 @dataclass
@@ -227,6 +233,11 @@ class EvaluationConfig(EvalSettings):
 @dataclass
 class ReportConfig:
     title: str = knob("TRACE run", "report title")
+    other_runs: list[str] = knob(
+        [],
+        "folders of finished runs of this config with another seed: their final tables go beside this run's "
+        "(how much the table moves between seeds)",
+    )
 
 
 @dataclass

@@ -58,7 +58,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
                     env_id=env_id,
                     model=model,
                     out=str(out),
-                    seed=cfg.seed,
+                    seed=warm.seed,
                     merge=True,
                     lora_rank=base.lora_rank,
                     lora_alpha=base.lora_alpha,
@@ -96,11 +96,13 @@ def _shipped_base(ctx: StageContext, envs: list[str], model: str) -> Any:
     from trace_train.bases import find_shipped, recipe_key
     from trace_train.config import SFTSettings, settings_of
 
-    cfg, base = ctx.config, ctx.config.base
+    base = ctx.config.base
     if len(envs) != 1 or model != base.model:  # several envs, or the smoke test's tiny model
         return None
     sft = settings_of(base.warm_start, SFTSettings)
-    key = recipe_key(envs[0], model, base.tool_format, base.lora_rank, base.lora_alpha, cfg.seed, sft)
+    key = recipe_key(
+        envs[0], model, base.tool_format, base.lora_rank, base.lora_alpha, base.warm_start.seed, sft
+    )
     return find_shipped(key)
 
 

@@ -641,6 +641,53 @@ def answer_section(ctx: StageContext) -> Section:
     return s
 
 
+def _finished_table(run_dir: Path) -> tuple[int, dict[str, Any]]:
+    """(seed, final table) of a finished run folder; a ValueError names what is missing."""
+    config, tables = run_dir / "run_config.json", sorted(run_dir.glob("*-evaluation/table.json"))
+    if not config.is_file() or not tables:
+        raise ValueError(f"report.other_runs: {run_dir} has no run_config.json and evaluation table.json")
+    return int(read_json(config).get("seed", 0)), read_json(tables[-1])
+
+
+def _seed_cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "-"
+    lo, hi = row["success_ci"]
+    cell = f"{_successes(row)} [{lo:.2f}-{hi:.2f}]"
+    tests = [
+        f"{label} p {p_value(row[k]['mcnemar_p'])}"
+        for k, label in (("vs_base", "base"), *((f"vs_{d}", d) for d in DIRECT_ROWS))
+        if row.get(k)
+    ]
+    return cell + (f"; {', '.join(tests)}" if tests else "")
+
+
+def seeds_section(ctx: StageContext) -> Section | None:
+    """This run's final table beside other seeds' (``report.other_runs``): how much the answer moves."""
+    others = [Path(d) for d in ctx.config.report.other_runs]
+    if not others:
+        return None
+    tables = [(ctx.config.seed, ctx.upstream["evaluation"])] + [_finished_table(d) for d in others]
+    s = Section("Across seeds")
+    s.paragraphs.append(
+        "The same config with another seed (`seed`: every stage's sampling and initialisation after the shipped "
+        "base), on the same test tasks: successes with the 95% Wilson interval, and the exact McNemar p against "
+        "the base and the direct GRPO rows of the same seed. Folders: "
+        + ", ".join(f"`{d}`" for d in [Path(ctx.config.out), *others])
+        + "."
+    )
+    by_seed = [(seed, {r["method"]: r for r in table["rows"]}) for seed, table in tables]
+    methods = list(dict.fromkeys(m for _, rows in by_seed for m in rows))
+    header = ["method", *(f"seed {seed}" for seed, _ in by_seed), "spread (points)"]
+    lines = []
+    for m in methods:
+        rates = [rows[m]["success_rate"] for _, rows in by_seed if m in rows]
+        spread = f"{(max(rates) - min(rates)) * 100:.1f}" if len(rates) > 1 else "-"
+        lines.append([m, *(_seed_cell(rows.get(m)) for _, rows in by_seed), spread])
+    s.tables.append((header, lines))
+    return s
+
+
 def timing_section(ctx: StageContext) -> Section:
     s = Section("Stages: wall time and memory")
     states = {name: _stage_state(d) for name, d in ctx.upstream_dirs.items()}
@@ -698,6 +745,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     sections = [  # the answer and the table that backs it first, then how the run got there
         answer_section(ctx),
         evaluation_section(ctx),
+        seeds_section(ctx),
         gain_section(ctx),
         base_section(ctx),
         analysis_section(ctx),
@@ -711,6 +759,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         f"Run `{cfg.name}` on target `{cfg.target.env_id}`, seed {cfg.seed}. Every figure below was measured in this run; "
         f"the config it ran with is `{Path(cfg.out).name}/run_config.json`."
     ]
+    sections = [s for s in sections if s is not None]
     paths = write_report(ctx.dir, cfg.report.title, intro, sections)
     (ctx.dir / "sections.json").write_text(json.dumps([s.title for s in sections]) + "\n")
     return {"report_md": paths["md"], "report_html": paths["html"], "summary": f"report in {paths['html']}"}
