@@ -358,7 +358,10 @@ def test_a_kernel_that_does_not_build_leaves_the_matmul_path(monkeypatch, tmp_pa
     monkeypatch.setenv("TRACE_EXTENSIONS_DIR", str(tmp_path / "ext"))
     assert decode_kernel.load() is None
     assert decode_kernel.error
-    assert "decode-attention kernel unavailable, using matmuls" in capsys.readouterr().err
+    assert (
+        "CPU kernels (decode and prefill attention, routed LoRA) unavailable, using torch"
+        in capsys.readouterr().err
+    )
     assert list((tmp_path / "ext").iterdir()) == []  # the failed build's private directory is gone
     q, pk, pv, k, v, mask = _case(2, 2, 2, 16, 0, 10, torch.float32)
     assert not decode_kernel.supports(q.reshape(2, 4, 1, 16), k)

@@ -161,7 +161,7 @@ def load() -> ModuleType | None:
         except Exception as exc:  # no compiler, no ninja, a failed build: keep the matmul path
             error = f"{type(exc).__name__}: {exc}".strip()
             print(
-                f"[trace] decode-attention kernel unavailable, using matmuls: {error.splitlines()[0][:300]}",
+                f"[trace] CPU kernels (decode and prefill attention, routed LoRA) unavailable, using torch: {error.splitlines()[0][:300]}",
                 file=sys.stderr,
             )
             _module = None
