@@ -293,6 +293,107 @@ def test_a_prefill_without_shared_prefix_takes_the_kernel_and_agrees_with_sdpa(m
 
 
 @needs_prefill
+@pytest.mark.parametrize(
+    "items, heads, queries, keys, lines, masked",
+    [
+        (3, 3, 37, 70, 37, False),  # no mask, ragged tiles and blocks
+        (6, 3, 3 * 21, 21, 21, True),  # folded query heads over causal own columns, one mask per row
+        (2, 1, 50, 50, 50, True),  # one mask line per query, holes
+        (2, 2, 9, 40, 9, True),  # a query with no allowed key gets zero gradients
+    ],
+)
+def test_attention_backward_equals_float64_autograd(items, heads, queries, keys, lines, masked):
+    g = torch.Generator().manual_seed(queries + keys)
+    q = torch.randn(items, queries, 64, generator=g).bfloat16()
+    k = torch.randn(items, keys + 5, 64, generator=g).bfloat16()[:, :keys]  # a strided view, as a cache slice
+    v = torch.randn(items, keys, 64, generator=g).bfloat16()
+    dout = torch.randn(items, queries, 64, generator=g).bfloat16()
+    mask = None
+    if masked:
+        mask = torch.rand(items // heads, lines, keys, generator=g) > 0.3
+        if lines == keys:
+            mask &= torch.ones(lines, keys, dtype=torch.bool).tril()
+        mask[0, 0] = False  # row 0's first line sees nothing
+    allowed = torch.ones(items, queries, keys, dtype=torch.bool)
+    if mask is not None:
+        allowed = mask.repeat_interleave(heads, 0)[:, torch.arange(queries) % lines]
+    leaves = [t.double().requires_grad_(True) for t in (q, k, v)]
+    scores = (leaves[0] @ leaves[1].transpose(-1, -2)) * 0.125
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    lse = torch.logsumexp(scores, -1)
+    out = (scores - lse[..., None]).exp().nan_to_num(0.0) @ leaves[2]
+    want = torch.autograd.grad((out * dout.double()).sum(), leaves)
+    delta = (dout.double() * out.detach()).sum(-1).float()
+    got = decode_kernel.attention_backward(
+        q, k, v, dout, lse.detach().float(), delta, heads, mask, lines, 0.125
+    )
+    for name, a, b in zip(("query", "key", "value"), got, want, strict=True):
+        assert a.dtype == torch.float32 and a.shape == b.shape
+        err = ((a.double() - b).abs().max() / b.abs().max()).item()
+        assert err < 0.02, f"gradient of the {name}: relative error {err:.4f}"
+    if masked:
+        empty = [i for i in range(heads) if not allowed[i, 0].any()]
+        assert empty and all(got[0][i, 0].abs().max() == 0 for i in empty)
+
+
+@needs_prefill
+@pytest.mark.parametrize("packed", [False, True])
+def test_training_attention_takes_the_kernels_and_its_gradients_stay_exact(packed, monkeypatch):
+    """CascadeAttention (training over a shared prefix) in bf16 through the prefill kernel forward and the
+    attention-backward kernel. Values and all five gradients must match one float64 softmax over
+    [prefix | own] as closely as torch's own bf16 flash path does."""
+    g = torch.Generator().manual_seed(3)
+    rows, q_heads, kv_heads, length, p_len, dim = 3, 9, 3, 70, 150, 64
+    q = torch.randn(rows, q_heads, length, dim, generator=g)
+    pk, pv = (
+        torch.randn(1, kv_heads, p_len, dim, generator=g),
+        torch.randn(1, kv_heads, p_len, dim, generator=g),
+    )
+    k, v = (
+        torch.randn(rows, kv_heads, length, dim, generator=g),
+        torch.randn(rows, kv_heads, length, dim, generator=g),
+    )
+    weights = torch.randn(rows, q_heads, length, dim, generator=g)
+    allowed = torch.ones(length, length, dtype=torch.bool).tril().expand(rows, 1, length, length).clone()
+    if packed:  # row 0 holds two sequences (30 + 40 tokens): the second does not see the first
+        allowed[0, 0, 30:, :30] = False
+    inputs = [t.double().requires_grad_(True) for t in (q, pk, pv, k, v)]
+    keys = torch.cat([inputs[1].expand(rows, -1, -1, -1), inputs[3]], 2).repeat_interleave(3, 1)
+    values = torch.cat([inputs[2].expand(rows, -1, -1, -1), inputs[4]], 2).repeat_interleave(3, 1)
+    full = torch.cat([torch.ones(rows, 1, length, p_len, dtype=torch.bool), allowed], 3)
+    scores = (inputs[0] @ keys.transpose(-1, -2)) * dim**-0.5
+    ref = scores.masked_fill(~full, float("-inf")).softmax(-1) @ values
+    ref_grads = torch.autograd.grad((ref * weights.double()).sum(), inputs)
+
+    def run(kernel: bool):
+        monkeypatch.setattr(attention, "use_decode_kernel", kernel)
+        leaves = [t.to(torch.bfloat16).requires_grad_(True) for t in (q, pk, pv, k, v)]
+        own_mask = None
+        if packed:
+            own_mask = torch.zeros(allowed.shape, dtype=torch.bfloat16)
+            own_mask = own_mask.masked_fill(~allowed, torch.finfo(torch.bfloat16).min)
+        before = decode_kernel.calls
+        out = attention.CascadeAttention.apply(*leaves, own_mask, dim**-0.5)
+        grads = torch.autograd.grad((out.float() * weights).sum(), leaves)
+        assert all(grad.dtype == torch.bfloat16 for grad in grads)
+        return out, grads, decode_kernel.calls - before
+
+    def errors(out, grads):
+        return [(out.double() - ref).abs().max().item()] + [
+            ((a.double() - b).abs().max() / b.abs().max()).item()
+            for a, b in zip(grads, ref_grads, strict=True)
+        ]
+
+    out, grads, calls = run(kernel=True)
+    assert calls == 4  # forward and backward, each the prefix part and the own part
+    torch_out, torch_grads, torch_calls = run(kernel=False)
+    assert torch_calls == 0
+    names = ("output", "query", "prefix keys", "prefix values", "keys", "values")
+    for name, mine, theirs in zip(names, errors(out, grads), errors(torch_out, torch_grads), strict=True):
+        assert mine <= 2 * theirs + 0.01, f"{name}: kernel error {mine:.4f}, torch's bf16 path {theirs:.4f}"
+
+
+@needs_prefill
 def test_the_prefill_switch_turns_off_the_prefill_kernel_alone(monkeypatch):
     query, key = (
         torch.zeros(1, 3, 5, 64, dtype=torch.bfloat16),

@@ -239,26 +239,33 @@ def _cascade_prefill(query, prefix_k, prefix_v, key, value, own_mask, scale) -> 
 
 
 def _kernel_prefill(query, prefix: SharedPrefix, layer: int, key, value, own_mask, scale) -> torch.Tensor:
-    """:func:`_cascade_prefill` through the decode kernel module's bf16 prefill kernel: the prefix part over the
-    prefix packed once per session and layer, the own part over each row's columns packed per call, merged by
-    their log-sum-exps. Returns ``[B, L, Hq, D]``."""
+    """:func:`_cascade_prefill` through the decode kernel module's bf16 prefill kernel, the prefix packed once per
+    session and layer (:func:`_kernel_cascade`). Returns ``[B, L, Hq, D]``."""
+    allowed = own_mask.reshape(own_mask.shape[0], query.shape[2], key.shape[2])
+    out, _ = _kernel_cascade(query, prefix.packed(layer), prefix.length, key, value, allowed, scale)
+    return out.transpose(1, 2).contiguous()
+
+
+def _kernel_cascade(query, packed_prefix, prefix_len: int, key, value, allowed, scale):
+    """Attention over a shared prefix (packed by ``decode_kernel.pack``, ``prefix_len`` keys) and each row's own
+    columns (``allowed`` bool ``[B|1, L, own]``) through the bf16 prefill kernel: the prefix part with every K/V
+    head's query heads of all rows folded into one long query, the own part over each row's columns packed per
+    call, merged by their log-sum-exps. Returns the output ``[B, Hq, L, D]`` and the log-sum-exp ``[B, Hq, L]``."""
     rows, q_heads, length, dim = query.shape
     kv_heads, own = key.shape[1], key.shape[2]
     groups = q_heads // kv_heads
     fold, unfold = _folding(rows, kv_heads, groups, length)
-    kp, vp = prefix.packed(layer)
-    out_p, lse_p = decode_kernel.prefill(fold(query)[0], kp, vp, prefix.length, kv_heads, None, 1, scale)
-    mask = own_mask.reshape(own_mask.shape[0], length, own)
+    kp, vp = packed_prefix
+    out_p, lse_p = decode_kernel.prefill(fold(query)[0], kp, vp, prefix_len, kv_heads, None, 1, scale)
     own_kp, own_vp = decode_kernel.pack(key, value)
     q_own = query.reshape(rows * kv_heads, groups * length, dim)
-    out_o, lse_o = decode_kernel.prefill(q_own, own_kp, own_vp, own, kv_heads, mask, length, scale)
-    out, _ = _merge(
+    out_o, lse_o = decode_kernel.prefill(q_own, own_kp, own_vp, own, kv_heads, allowed, length, scale)
+    return _merge(
         unfold(out_p[None]),
         unfold(lse_p[None]),
         out_o.reshape(rows, q_heads, length, dim),
         lse_o.reshape(rows, q_heads, length),
     )
-    return out.transpose(1, 2).contiguous()
 
 
 def _kernel_prefill_own(query, key, value, attention_mask, scale) -> torch.Tensor:
@@ -320,13 +327,20 @@ class CascadeAttention(torch.autograd.Function):
         kv_heads = prefix_k.shape[1]
         groups = q_heads // kv_heads
         fold, unfold = _folding(rows, kv_heads, groups, length)
-        out_p, lse_p = _flash(fold(query), prefix_k, prefix_v, scale=scale)
         key_r, value_r = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
-        if own_mask is None:
-            out_o, lse_o = _flash(query, key_r, value_r, is_causal=True, scale=scale)
+        if use_decode_kernel and decode_kernel.supports_prefill(query, key):
+            # bf16 dot products (torch's flash attention computes bf16 at the float32 rate on a CPU without AMX)
+            causal = _causal(length, query.device)[None]
+            allowed = causal if own_mask is None else _allowed(own_mask).reshape(-1, length, length)
+            packed = decode_kernel.pack(prefix_k, prefix_v)
+            out, lse = _kernel_cascade(query, packed, prefix_k.shape[2], key, value, allowed, scale)
         else:
-            out_o, lse_o = _flash(query, key_r, value_r, attn_mask=own_mask, scale=scale)
-        out, lse = _merge(unfold(out_p), unfold(lse_p), out_o, lse_o)
+            out_p, lse_p = _flash(fold(query), prefix_k, prefix_v, scale=scale)
+            if own_mask is None:
+                out_o, lse_o = _flash(query, key_r, value_r, is_causal=True, scale=scale)
+            else:
+                out_o, lse_o = _flash(query, key_r, value_r, attn_mask=own_mask, scale=scale)
+            out, lse = _merge(unfold(out_p), unfold(lse_p), out_o, lse_o)
         ctx.save_for_backward(query, prefix_k, prefix_v, key_r, value_r, out, lse)
         ctx.own_mask, ctx.scale, ctx.groups = own_mask, scale, groups
         return out
@@ -338,6 +352,12 @@ class CascadeAttention(torch.autograd.Function):
         kv_heads, groups = prefix_k.shape[1], ctx.groups
         fold, unfold = _folding(rows, kv_heads, groups, length)
         grad_out = grad_out.contiguous()
+        if (
+            use_decode_kernel
+            and grad_out.dtype == torch.bfloat16
+            and decode_kernel.supports_prefill(query, key_r)
+        ):
+            return _kernel_cascade_backward(ctx, grad_out) + (None, None)
         dq_p, d_prefix_k, d_prefix_v = _flash_backward(
             fold(grad_out), fold(query), prefix_k, prefix_v, fold(out), fold(lse), 0.0, False, scale=ctx.scale
         )
@@ -349,6 +369,56 @@ class CascadeAttention(torch.autograd.Function):
         dk = dk.view(rows, kv_heads, groups, length, dim).sum(2)
         dv = dv.view(rows, kv_heads, groups, length, dim).sum(2)
         return unfold(dq_p) + dq_o, d_prefix_k, d_prefix_v, dk, dv, None, None
+
+
+def _kernel_cascade_backward(ctx, grad_out):
+    """:class:`CascadeAttention`'s backward through the bf16 attention-backward kernel: the prefix part with every
+    row's query heads of a K/V head folded into one long query (the prefix read once), the own part over each
+    row's own columns with its query heads folded into the query length (no repeated keys), both from the
+    merged output's log-sum-exp. Gradients in the inputs' dtype (float32 inside)."""
+    query, prefix_k, prefix_v, key_r, value_r, out, lse = ctx.saved_tensors
+    rows, q_heads, length, dim = query.shape
+    kv_heads, groups = prefix_k.shape[1], ctx.groups
+    fold, unfold = _folding(rows, kv_heads, groups, length)
+    delta = (grad_out.float() * out.float()).sum(-1)  # [R, Hq, L]
+    dq_p, d_prefix_k, d_prefix_v = decode_kernel.attention_backward(
+        fold(query)[0],
+        prefix_k[0],
+        prefix_v[0],
+        fold(grad_out)[0],
+        fold(lse)[0],
+        fold(delta)[0],
+        kv_heads,
+        None,
+        1,
+        ctx.scale,
+    )
+    # the own part: each K/V head's query heads folded into the query length, over the row's own columns
+    key = key_r[:, ::groups].reshape(rows * kv_heads, length, dim)
+    value = value_r[:, ::groups].reshape(rows * kv_heads, length, dim)
+    causal = _causal(length, query.device)[None]
+    allowed = causal if ctx.own_mask is None else _allowed(ctx.own_mask).reshape(-1, length, length)
+    own = (rows * kv_heads, groups * length)
+    dq_o, dk, dv = decode_kernel.attention_backward(
+        query.reshape(*own, dim),
+        key,
+        value,
+        grad_out.reshape(*own, dim),
+        lse.reshape(own),
+        delta.reshape(own),
+        kv_heads,
+        allowed,
+        length,
+        ctx.scale,
+    )
+    dq = unfold(dq_p[None]) + dq_o.reshape(rows, q_heads, length, dim)
+    return (
+        dq.to(query.dtype),
+        d_prefix_k[None].to(prefix_k.dtype),
+        d_prefix_v[None].to(prefix_v.dtype),
+        dk.reshape(rows, kv_heads, length, dim).to(key_r.dtype),
+        dv.reshape(rows, kv_heads, length, dim).to(value_r.dtype),
+    )
 
 
 def _folding(rows: int, kv_heads: int, groups: int, length: int):

@@ -228,6 +228,40 @@ def prefill(
     return out, lse
 
 
+def attention_backward(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    grad_out: torch.Tensor,
+    lse: torch.Tensor,
+    delta: torch.Tensor,
+    heads: int,
+    mask: torch.Tensor | None,
+    mask_queries: int,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of :func:`prefill`'s attention: ``query``/``grad_out`` ``[N, M, 64]``, ``key``/``value``
+    ``[N, T, 64]`` (bf16), the forward's log-sum-exp ``lse`` and ``delta`` = rowsum(grad_out * output) ``[N, M]``
+    (float32), ``mask`` as :func:`prefill` takes it. Returns float32 (dq ``[N, M, 64]``, dk, dv ``[N, T, 64]``).
+    Call :func:`supports_prefill` first (the same build and CPU)."""
+    global calls
+    calls += 1
+    empty = torch.empty(0, dtype=torch.bool)
+    dq, dk, dv = load().attention_backward(
+        query.contiguous(),
+        key,
+        value,
+        grad_out.contiguous(),
+        lse.float().contiguous(),
+        delta.float().contiguous(),
+        heads,
+        empty if mask is None else mask.contiguous(),
+        mask_queries,
+        float(scale),
+    )
+    return dq, dk, dv
+
+
 def supports_routed_lora(x: torch.Tensor, out: torch.Tensor, stacked_a: torch.Tensor) -> bool:
     """Whether the composed model's per-token LoRA update can run in the kernel: CPU, one dtype (bf16 or float32)
     for input, output and factors, no gradients, and an output the kernel can add to in place."""

@@ -385,6 +385,11 @@ bool prefill_available();
 std::vector<torch::Tensor> pack_kv(torch::Tensor key, torch::Tensor value);
 std::vector<torch::Tensor> prefill_attention(torch::Tensor query, torch::Tensor kp, torch::Tensor vp, int64_t len,
                                              int64_t heads, torch::Tensor mask, int64_t mask_queries, double scale);
+// attention_backward.cpp
+std::vector<torch::Tensor> attention_backward(torch::Tensor query, torch::Tensor key, torch::Tensor value,
+                                              torch::Tensor dout, torch::Tensor lse, torch::Tensor delta,
+                                              int64_t heads, torch::Tensor mask, int64_t mask_queries,
+                                              double scale);
 // routed_lora.cpp
 void routed_lora_update(torch::Tensor x, torch::Tensor a, torch::Tensor bt, torch::Tensor slots, torch::Tensor out,
                         int64_t rank);
@@ -395,5 +400,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("prefill_available", &prefill_available, "whether this build has the bf16 prefill kernel (AVX-512 bf16)");
   m.def("pack_kv", &pack_kv, "keys and values packed in bf16 pairs for prefill_attention");
   m.def("prefill_attention", &prefill_attention, "attention of many queries over packed keys, with log-sum-exps");
+  m.def("attention_backward", &attention_backward, "gradients of attention from its output's and its log-sum-exp");
   m.def("routed_lora_update", &routed_lora_update, "each token's own adapter's LoRA update, added in place");
 }
