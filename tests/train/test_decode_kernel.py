@@ -293,6 +293,45 @@ def test_a_prefill_without_shared_prefix_takes_the_kernel_and_agrees_with_sdpa(m
 
 
 @needs_prefill
+def test_a_fresh_causal_prefill_with_gradients_takes_both_kernels_and_agrees_with_sdpa(monkeypatch):
+    """Training's fresh causal forward (a batch's shared prefix) through packed_gqa_attention with gradients:
+    the prefill kernel forward and the attention-backward kernel, against sdpa on the same bf16 inputs, both
+    against float64 autograd."""
+    rows, kv_heads, groups, length = 2, 3, 3, 75
+    g = torch.Generator().manual_seed(4)
+    base = [
+        torch.randn(rows, kv_heads * groups, length, 64, generator=g),
+        torch.randn(rows, kv_heads, length, 64, generator=g),
+        torch.randn(rows, kv_heads, length, 64, generator=g),
+    ]
+    weights = torch.randn(rows, length, kv_heads * groups, 64, generator=g)
+    exact = [t.double().requires_grad_(True) for t in base]
+    keys, values = (t.repeat_interleave(groups, 1) for t in exact[1:])
+    want, _ = _prefill_exact(
+        exact[0], keys, values, torch.ones(length, length, dtype=torch.bool).tril(), 0.125
+    )
+    want_grads = torch.autograd.grad((want.transpose(1, 2) * weights.double()).sum(), exact)
+    layer = _Layer()
+    layer.num_key_value_groups = groups
+    layer.is_causal = True
+
+    def run(kernel: bool):
+        monkeypatch.setattr(attention, "use_decode_kernel", kernel)
+        leaves = [t.bfloat16().requires_grad_(True) for t in base]
+        before = decode_kernel.calls
+        out, _ = attention.packed_gqa_attention(layer, *leaves, None, scaling=0.125)
+        grads = torch.autograd.grad((out.float() * weights).sum(), leaves)
+        assert (decode_kernel.calls - before) == (2 if kernel else 0)  # forward and backward
+        return [(out.double() - want.transpose(1, 2)).abs().max().item()] + [
+            ((a.double() - b).abs().max() / b.abs().max()).item()
+            for a, b in zip(grads, want_grads, strict=True)
+        ]
+
+    for name, mine, theirs in zip(("output", "query", "key", "value"), run(True), run(False), strict=True):
+        assert mine <= 2 * theirs + 0.01, f"{name}: kernel error {mine:.4f}, sdpa's {theirs:.4f}"
+
+
+@needs_prefill
 @pytest.mark.parametrize(
     "items, heads, queries, keys, lines, masked",
     [

@@ -65,6 +65,16 @@ def packed_gqa_attention(
     if (
         length > 1
         and use_decode_kernel
+        and fresh_causal
+        and not dropout
+        and kwargs.get("position_bias") is None
+        and _needs_grad(query, key, value)
+        and decode_kernel.supports_prefill(query.detach(), key.detach())
+    ):  # training's fresh causal forward (a batch's shared prefix): both passes through the bf16 kernels
+        return CausalKernelAttention.apply(query, key, value, scale).transpose(1, 2).contiguous(), None
+    if (
+        length > 1
+        and use_decode_kernel
         and not dropout
         and not mask_per_head
         and kwargs.get("position_bias") is None
@@ -419,6 +429,52 @@ def _kernel_cascade_backward(ctx, grad_out):
         dk.reshape(rows, kv_heads, length, dim).to(key_r.dtype),
         dv.reshape(rows, kv_heads, length, dim).to(value_r.dtype),
     )
+
+
+class CausalKernelAttention(torch.autograd.Function):
+    """Causal self-attention of a fresh prefill ``[R, Hq, L, D]`` over its own keys ``[R, Hkv, L, D]``, with
+    gradients, through the bf16 kernels (the shared prefix of a training batch is computed once this way): the
+    prefill kernel forward, the attention-backward kernel backward, each K/V head's query heads folded into the
+    query length (no repeated keys)."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, scale):  # type: ignore[override]
+        rows, q_heads, length, dim = query.shape
+        kv_heads = key.shape[1]
+        kp, vp = decode_kernel.pack(key, value)
+        causal = _causal(length, query.device)[None]
+        folded = query.reshape(rows * kv_heads, -1, dim)
+        out, lse = decode_kernel.prefill(folded, kp, vp, length, kv_heads, causal, length, scale)
+        ctx.save_for_backward(query, key, value, out, lse)
+        ctx.scale = scale
+        return out.reshape(rows, q_heads, length, dim)
+
+    @staticmethod
+    def backward(ctx, grad_out):  # type: ignore[override]
+        query, key, value, out, lse = ctx.saved_tensors
+        rows, _, length, dim = query.shape
+        kv_heads = key.shape[1]
+        items = rows * kv_heads
+        grad = grad_out.reshape(items, -1, dim).contiguous()
+        delta = (grad.float() * out.float()).sum(-1)
+        dq, dk, dv = decode_kernel.attention_backward(
+            query.reshape(items, -1, dim),
+            key.reshape(items, length, dim),
+            value.reshape(items, length, dim),
+            grad,
+            lse,
+            delta,
+            kv_heads,
+            _causal(length, query.device)[None],
+            length,
+            ctx.scale,
+        )
+        return (
+            dq.reshape(query.shape).to(query.dtype),
+            dk.reshape(key.shape).to(key.dtype),
+            dv.reshape(value.shape).to(value.dtype),
+            None,
+        )
 
 
 def _folding(rows: int, kv_heads: int, groups: int, length: int):

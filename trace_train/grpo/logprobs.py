@@ -190,7 +190,8 @@ def _prefix_forward(
     """K/V per layer of ``base`` followed by ``tokens`` (at positions ``start...``, attending to ``base``), with
     gradient when enabled, gradient checkpointing or not."""
     cache = _PrefixCache(base)
-    with _cache_under_checkpointing(decoder):
+    # packed_gqa: on a CPU in bf16 a fresh prefix's causal attention and its backward run on the bf16 kernels
+    with _cache_under_checkpointing(decoder), packed_gqa(decoder):
         decoder(
             input_ids=torch.tensor([tokens], dtype=torch.long, device=device),
             position_ids=torch.arange(start, start + len(tokens), device=device)[None],
