@@ -27,6 +27,11 @@ probabilities (as flash attention does on GPUs); each call returns the log-sum-e
 parts. Built only where the CPU has AVX-512 bf16 (``prefill_available()``), for head dim 64; not used on a CPU with
 AMX, where torch's flash attention has AMX tiles (not measured against this kernel).
 
+``csrc/attention_backward.cpp`` (the same module) is training's: the gradients of attention from the forward's
+output and log-sum-exp, recomputing P and dS per tile in a keys pass (dK, dV) and a queries pass (dQ), with
+``vdpbf16ps`` over pairs packed by ``pack_kv`` (:func:`attention_backward`; ``attention.CascadeAttention`` and
+``attention.CausalKernelAttention`` take it, the prefill kernel doing their forward).
+
 ``csrc/routed_lora.cpp`` (the same module) serves the composed model (``trace_train/compose/model.py``): at decode
 sizes each token adds its own adapter's LoRA update only, where the masked stacked factors computed every adapter's
 for every token (:func:`routed_lora_update`).
