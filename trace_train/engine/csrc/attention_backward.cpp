@@ -67,6 +67,25 @@ inline __m512 probs(__m512 s, __m512 vscale, __m512 lse, __mmask16 allow) {
   return _mm512_maskz_mov_ps(allow & finite, trace_exp16(_mm512_sub_ps(_mm512_mul_ps(s, vscale), lse)));
 }
 
+// s[i] = a_i . x_lane and dp[i] = b_i . y_lane for a tile of broadcast rows a_i, b_i (bf16 pairs) against the
+// 32 lanes of two packed blocks x, y ([PAIRS][32] pairs each): the scores and dP of either pass
+inline void tile_products(const uint32_t (&a)[TILE][PAIRS], const uint32_t (&b)[TILE][PAIRS], const uint32_t* x,
+                          const uint32_t* y, __m512 (&s)[TILE][2], __m512 (&dp)[TILE][2]) {
+  for (int i = 0; i < TILE; ++i) s[i][0] = s[i][1] = dp[i][0] = dp[i][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < PAIRS; ++p) {
+    const __m512i x0 = _mm512_loadu_si512(x + p * BLOCK), x1 = _mm512_loadu_si512(x + p * BLOCK + 16);
+    const __m512i y0 = _mm512_loadu_si512(y + p * BLOCK), y1 = _mm512_loadu_si512(y + p * BLOCK + 16);
+    for (int i = 0; i < TILE; ++i) {
+      const __m512i ab = _mm512_set1_epi32(static_cast<int>(a[i][p]));
+      const __m512i bb = _mm512_set1_epi32(static_cast<int>(b[i][p]));
+      s[i][0] = _mm512_dpbf16_ps(s[i][0], bh(ab), bh(x0));
+      s[i][1] = _mm512_dpbf16_ps(s[i][1], bh(ab), bh(x1));
+      dp[i][0] = _mm512_dpbf16_ps(dp[i][0], bh(bb), bh(y0));
+      dp[i][1] = _mm512_dpbf16_ps(dp[i][1], bh(bb), bh(y1));
+    }
+  }
+}
+
 }  // namespace
 
 // query/dout [N, M, 64] bf16 contiguous; key/value [N, T, 64] bf16 (unit last stride); lse/delta [N, M] float32;
@@ -179,21 +198,8 @@ std::vector<torch::Tensor> attention_backward(torch::Tensor query, torch::Tensor
         }
         if (!any) continue;
         __m512 s[TILE][2], dp[TILE][2];
-        for (int i = 0; i < TILE; ++i) s[i][0] = s[i][1] = dp[i][0] = dp[i][1] = _mm512_setzero_ps();
-        const uint32_t* qb = qq_s + (n * qblocks + b) * PAIRS * BLOCK;
-        const uint32_t* ob = oo_s + (n * qblocks + b) * PAIRS * BLOCK;
-        for (int64_t p = 0; p < PAIRS; ++p) {
-          const __m512i q0 = _mm512_loadu_si512(qb + p * BLOCK), q1 = _mm512_loadu_si512(qb + p * BLOCK + 16);
-          const __m512i o0 = _mm512_loadu_si512(ob + p * BLOCK), o1 = _mm512_loadu_si512(ob + p * BLOCK + 16);
-          for (int i = 0; i < TILE; ++i) {
-            const __m512i kb = _mm512_set1_epi32(static_cast<int>(kr[i][p]));
-            const __m512i vb = _mm512_set1_epi32(static_cast<int>(vr[i][p]));
-            s[i][0] = _mm512_dpbf16_ps(s[i][0], bh(kb), bh(q0));
-            s[i][1] = _mm512_dpbf16_ps(s[i][1], bh(kb), bh(q1));
-            dp[i][0] = _mm512_dpbf16_ps(dp[i][0], bh(vb), bh(o0));
-            dp[i][1] = _mm512_dpbf16_ps(dp[i][1], bh(vb), bh(o1));
-          }
-        }
+        tile_products(kr, vr, qq_s + (n * qblocks + b) * PAIRS * BLOCK, oo_s + (n * qblocks + b) * PAIRS * BLOCK, s,
+                      dp);
         const float* lrow = lse_base + n * queries;
         const float* drow = delta_base + n * queries;
         const __m512 lse0 = load_lanes(lrow, m0, queries), lse1 = load_lanes(lrow, m0 + 16, queries);
@@ -284,21 +290,8 @@ std::vector<torch::Tensor> attention_backward(torch::Tensor query, torch::Tensor
         }
         if (!any) continue;
         __m512 s[TILE][2], dp[TILE][2];
-        for (int i = 0; i < TILE; ++i) s[i][0] = s[i][1] = dp[i][0] = dp[i][1] = _mm512_setzero_ps();
-        const uint32_t* kb = kk_s + (n * kblocks + j) * PAIRS * BLOCK;
-        const uint32_t* vb = vv_s + (n * kblocks + j) * PAIRS * BLOCK;
-        for (int64_t p = 0; p < PAIRS; ++p) {
-          const __m512i k0 = _mm512_loadu_si512(kb + p * BLOCK), k1 = _mm512_loadu_si512(kb + p * BLOCK + 16);
-          const __m512i v0 = _mm512_loadu_si512(vb + p * BLOCK), v1 = _mm512_loadu_si512(vb + p * BLOCK + 16);
-          for (int i = 0; i < TILE; ++i) {
-            const __m512i qbc = _mm512_set1_epi32(static_cast<int>(qr[i][p]));
-            const __m512i obc = _mm512_set1_epi32(static_cast<int>(orow[i][p]));
-            s[i][0] = _mm512_dpbf16_ps(s[i][0], bh(qbc), bh(k0));
-            s[i][1] = _mm512_dpbf16_ps(s[i][1], bh(qbc), bh(k1));
-            dp[i][0] = _mm512_dpbf16_ps(dp[i][0], bh(obc), bh(v0));
-            dp[i][1] = _mm512_dpbf16_ps(dp[i][1], bh(obc), bh(v1));
-          }
-        }
+        tile_products(qr, orow, kk_s + (n * kblocks + j) * PAIRS * BLOCK, vv_s + (n * kblocks + j) * PAIRS * BLOCK,
+                      s, dp);
         alignas(64) uint32_t ds_pairs[TILE][BLOCK / 2];
         for (int i = 0; i < TILE; ++i) {
           const __m512 vl = _mm512_set1_ps(lse_i[i]), vd = _mm512_set1_ps(delta_i[i]);
