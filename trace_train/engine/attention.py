@@ -337,37 +337,36 @@ class CascadeAttention(torch.autograd.Function):
         kv_heads = prefix_k.shape[1]
         groups = q_heads // kv_heads
         fold, unfold = _folding(rows, kv_heads, groups, length)
-        key_r, value_r = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
-        if use_decode_kernel and decode_kernel.supports_prefill(query, key):
+        # the path is chosen once: the kernels' backward needs their forward's log-sum-exp, and neither repeats K/V
+        ctx.kernel = use_decode_kernel and decode_kernel.supports_prefill(query, key)
+        ctx.own_mask, ctx.scale, ctx.groups = own_mask, scale, groups
+        if ctx.kernel:
             # bf16 dot products (torch's flash attention computes bf16 at the float32 rate on a CPU without AMX)
             causal = _causal(length, query.device)[None]
-            allowed = causal if own_mask is None else _allowed(own_mask).reshape(-1, length, length)
+            ctx.allowed = causal if own_mask is None else _allowed(own_mask).reshape(-1, length, length)
             packed = decode_kernel.pack(prefix_k, prefix_v)
-            out, lse = _kernel_cascade(query, packed, prefix_k.shape[2], key, value, allowed, scale)
+            out, lse = _kernel_cascade(query, packed, prefix_k.shape[2], key, value, ctx.allowed, scale)
+            ctx.save_for_backward(query, prefix_k, prefix_v, key, value, out, lse)
+            return out
+        key_r, value_r = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+        out_p, lse_p = _flash(fold(query), prefix_k, prefix_v, scale=scale)
+        if own_mask is None:
+            out_o, lse_o = _flash(query, key_r, value_r, is_causal=True, scale=scale)
         else:
-            out_p, lse_p = _flash(fold(query), prefix_k, prefix_v, scale=scale)
-            if own_mask is None:
-                out_o, lse_o = _flash(query, key_r, value_r, is_causal=True, scale=scale)
-            else:
-                out_o, lse_o = _flash(query, key_r, value_r, attn_mask=own_mask, scale=scale)
-            out, lse = _merge(unfold(out_p), unfold(lse_p), out_o, lse_o)
+            out_o, lse_o = _flash(query, key_r, value_r, attn_mask=own_mask, scale=scale)
+        out, lse = _merge(unfold(out_p), unfold(lse_p), out_o, lse_o)
         ctx.save_for_backward(query, prefix_k, prefix_v, key_r, value_r, out, lse)
-        ctx.own_mask, ctx.scale, ctx.groups = own_mask, scale, groups
         return out
 
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
+        grad_out = grad_out.contiguous()
+        if ctx.kernel:
+            return _kernel_cascade_backward(ctx, grad_out) + (None, None)
         query, prefix_k, prefix_v, key_r, value_r, out, lse = ctx.saved_tensors
         rows, q_heads, length, dim = query.shape
         kv_heads, groups = prefix_k.shape[1], ctx.groups
         fold, unfold = _folding(rows, kv_heads, groups, length)
-        grad_out = grad_out.contiguous()
-        if (
-            use_decode_kernel
-            and grad_out.dtype == torch.bfloat16
-            and decode_kernel.supports_prefill(query, key_r)
-        ):
-            return _kernel_cascade_backward(ctx, grad_out) + (None, None)
         dq_p, d_prefix_k, d_prefix_v = _flash_backward(
             fold(grad_out), fold(query), prefix_k, prefix_v, fold(out), fold(lse), 0.0, False, scale=ctx.scale
         )
@@ -386,7 +385,7 @@ def _kernel_cascade_backward(ctx, grad_out):
     row's query heads of a K/V head folded into one long query (the prefix read once), the own part over each
     row's own columns with its query heads folded into the query length (no repeated keys), both from the
     merged output's log-sum-exp. Gradients in the inputs' dtype (float32 inside)."""
-    query, prefix_k, prefix_v, key_r, value_r, out, lse = ctx.saved_tensors
+    query, prefix_k, prefix_v, key, value, out, lse = ctx.saved_tensors
     rows, q_heads, length, dim = query.shape
     kv_heads, groups = prefix_k.shape[1], ctx.groups
     fold, unfold = _folding(rows, kv_heads, groups, length)
@@ -404,20 +403,16 @@ def _kernel_cascade_backward(ctx, grad_out):
         ctx.scale,
     )
     # the own part: each K/V head's query heads folded into the query length, over the row's own columns
-    key = key_r[:, ::groups].reshape(rows * kv_heads, length, dim)
-    value = value_r[:, ::groups].reshape(rows * kv_heads, length, dim)
-    causal = _causal(length, query.device)[None]
-    allowed = causal if ctx.own_mask is None else _allowed(ctx.own_mask).reshape(-1, length, length)
     own = (rows * kv_heads, groups * length)
     dq_o, dk, dv = decode_kernel.attention_backward(
         query.reshape(*own, dim),
-        key,
-        value,
+        key.reshape(rows * kv_heads, length, dim),
+        value.reshape(rows * kv_heads, length, dim),
         grad_out.reshape(*own, dim),
         lse.reshape(own),
         delta.reshape(own),
         kv_heads,
-        allowed,
+        ctx.allowed,
         length,
         ctx.scale,
     )
@@ -426,8 +421,8 @@ def _kernel_cascade_backward(ctx, grad_out):
         dq.to(query.dtype),
         d_prefix_k[None].to(prefix_k.dtype),
         d_prefix_v[None].to(prefix_v.dtype),
-        dk.reshape(rows, kv_heads, length, dim).to(key_r.dtype),
-        dv.reshape(rows, kv_heads, length, dim).to(value_r.dtype),
+        dk.reshape(key.shape).to(key.dtype),
+        dv.reshape(value.shape).to(value.dtype),
     )
 
 
