@@ -14,11 +14,15 @@ from trace_train.config import GRPOArgs
 from trace_train.grpo.trainer import GRPOTrainer
 
 
+def _no_zero_rows(self, adv):
+    return torch.zeros_like(adv, dtype=torch.bool)
+
+
 @pytest.fixture(autouse=True)
 def full_passes(monkeypatch):
     """The tiny model scores every rollout of these envs alike, and a batch of equal rewards skips the
     forward/backward passes (its gradient is exactly 0): these tests are about those passes, so they run them."""
-    monkeypatch.setattr(GRPOTrainer, "_gradient_is_zero", lambda self, adv: False)
+    monkeypatch.setattr(GRPOTrainer, "_zero_gradient_rows", _no_zero_rows)
 
 
 def _args(tmp_path, model, **kw) -> GRPOArgs:
@@ -230,7 +234,7 @@ def test_a_batch_of_equal_rewards_skips_the_passes_and_changes_what_it_would(
 
     def run(out, skip):
         if not skip:
-            monkeypatch.setattr(GRPOTrainer, "_gradient_is_zero", lambda self, adv: False)
+            monkeypatch.setattr(GRPOTrainer, "_zero_gradient_rows", _no_zero_rows)
         args = _args(
             tmp_path,
             tiny_model_dir,
@@ -256,3 +260,69 @@ def test_a_batch_of_equal_rewards_skips_the_passes_and_changes_what_it_would(
             assert torch.equal(p, a[name]), name
             changed += int(not torch.equal(p, torch.zeros_like(p)))
     assert changed  # weight decay moved the (nonzero) LoRA A matrices on both paths alike
+
+
+@pytest.mark.parametrize(("loss_type", "ppo_epochs"), [("grpo", 1), ("dapo", 1), ("dr_grpo", 2)])
+def test_rows_of_an_equal_reward_group_are_skipped_with_the_same_gradient(
+    tiny_model_dir, tmp_path, monkeypatch, loss_type, ppo_epochs
+):
+    """A step's groups mix informative ones and equal-reward ones (half of the demo's): the equal group's rows
+    have advantage 0 and exactly zero gradient, so they are not passed forward/backward, yet every update's
+    gradient equals the full passes' (the normaliser still counts them) and the metric says how many were
+    skipped."""
+    from trace_train.rollout import RolloutStats
+
+    monkeypatch.undo()  # the real per-row check
+    args = _args(
+        tmp_path,
+        tiny_model_dir,
+        env_id="traintest/parity-v0",
+        dynamic_sampling=True,
+        max_refill_rounds=6,
+        temperature=1.0,
+        group_size=4,
+        micro_batch_size=2,
+        loss_type=loss_type,
+        ppo_epochs=ppo_epochs,
+    )
+    trainer = GRPOTrainer(args)
+    with torch.no_grad():
+        for n, p in trainer.policy.model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.05)
+    trajs, _ = trainer.collect_groups(RolloutStats())
+    groups = sorted({t.spec.group for t in trajs})
+    flat = [t for t in trajs if t.spec.group == groups[-1]]
+    for t in flat:  # one group's rewards made equal: its advantages are 0
+        t.reward = 1.0
+    assert any(len({t.reward for t in trajs if t.spec.group == g}) > 1 for g in groups[:-1])
+    start = {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
+
+    def grads(skip: bool) -> tuple[list[dict[str, torch.Tensor]], dict]:
+        trainer.policy.model.load_state_dict(start)
+        trainer.optimizer.state.clear()
+        if not skip:
+            monkeypatch.setattr(GRPOTrainer, "_zero_gradient_rows", _no_zero_rows)
+        seen: list[dict[str, torch.Tensor]] = []
+        real_clip = trainer._clip_and_check
+
+        def spy():
+            seen.append(
+                {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+            )
+            return real_clip()
+
+        trainer._clip_and_check = spy
+        metrics = trainer.optimise(trajs)
+        trainer._clip_and_check = real_clip
+        monkeypatch.undo()
+        return seen, metrics
+
+    skipped, m_skip = grads(True)
+    full, m_full = grads(False)
+    assert m_skip["zero_advantage_rows"] == len(flat) and m_full["zero_advantage_rows"] == 0
+    assert len(skipped) == len(full) == ppo_epochs
+    a, b = skipped[0], full[0]
+    assert a.keys() == b.keys() and all(float(g.abs().max()) > 1e-6 for g in b.values())
+    for name in b:
+        torch.testing.assert_close(a[name], b[name], atol=1e-7, rtol=1e-4)

@@ -510,6 +510,9 @@ class GRPOTrainer:
         n_updates = a.ppo_epochs * a.num_minibatches
         if self._gradient_is_zero(adv):
             return self._zero_gradient_updates(n_updates)
+        # rows of an equal-reward group have advantage 0 and (without a KL term) exactly zero gradient: they
+        # count in each minibatch's normaliser but are not passed forward and backward
+        idle = self._zero_gradient_rows(adv).tolist()
         gen = torch.Generator().manual_seed(a.seed * 7919 + self.state["step"])
         sums: dict[str, float] = dict.fromkeys(("clip_fraction", "kl"), 0.0)
         mismatch: dict[str, float] = dict.fromkeys(MISMATCH_KEYS, 0.0)  # its own dict: both have a "kl"
@@ -525,10 +528,13 @@ class GRPOTrainer:
         # with one optimiser update per batch the old policy *is* the current one: use detached log-probs
         # instead of an extra forward pass (ratio == 1, same gradient)
         if n_updates > 1:
-            old_cache = dict(enumerate(self._frozen_logprobs(seqs, masks, ref=False)))
+            rows = [i for i in range(n) if not idle[i]]
+            frozen = self._frozen_logprobs([seqs[i] for i in rows], [masks[i] for i in rows], ref=False)
+            old_cache = dict(zip(rows, frozen, strict=True))
         if cfg.beta > 0:
             ref_cache = dict(enumerate(self._frozen_logprobs(seqs, masks, ref=True)))
-        hinted_cache = self._hinted_logprobs(trajs, masks)  # rescue rollouts: pi(a | hinted prompt)
+        # rescue rollouts: pi(a | hinted prompt)
+        hinted_cache = self._hinted_logprobs(trajs, masks, skip=idle)
         rescue_w_sum, rescue_tokens = 0.0, 0
         for epoch in range(a.ppo_epochs):
             order = torch.randperm(n, generator=gen).tolist() if n_updates > 1 else list(range(n))
@@ -539,8 +545,11 @@ class GRPOTrainer:
                 local = normaliser(mb_mask, a.loss_type, a.max_new_tokens * a.max_turns)
                 # one normaliser for the whole data-parallel minibatch (DAPO: all ranks' tokens)
                 norm, scale = global_normaliser(local, self._all_reduce_sum, self.world)
+                mb_idx = [i for i in mb_idx if not idle[i]]
+                if not mb_idx:  # the whole minibatch's gradient is 0: AdamW still steps (decay, moments)
+                    self._zero_gradients()
                 mb_seqs, mb_masks = [seqs[i] for i in mb_idx], [masks[i] for i in mb_idx]
-                shared = self._shareable_prefix(mb_seqs, mb_masks)
+                shared = self._shareable_prefix(mb_seqs, mb_masks) if mb_idx else 0
                 micro = _micro_batches(mb_idx, [len(seqs[i]) - shared for i in mb_idx], a)
                 mb_loss = 0.0
                 prefix = self._batch_prefix(self.model, mb_seqs, shared, len(micro))
@@ -617,6 +626,7 @@ class GRPOTrainer:
             "kl": sums["kl"] / tokens_seen,
             "train_tokens_per_s": trained_tokens / max(seconds, 1e-9),
             "train_seconds": seconds,
+            "zero_advantage_rows": sum(idle),  # not passed forward/backward: their gradient is exactly 0
         }
         if rescue_tokens:
             out["rescue_is_weight_mean"] = rescue_w_sum / rescue_tokens
@@ -626,13 +636,15 @@ class GRPOTrainer:
             out["mismatch_tokens"] = mismatch_tokens
         return out
 
-    def _hinted_logprobs(self, trajs: list[Trajectory], masks: list[list[int]]) -> dict[int, torch.Tensor]:
-        """Per rescue rollout trained on the base prompt: the policy's log-probs (no grad) of its policy tokens on
-        the hinted sequence as sampled, as many as its training mask keeps (rescue.py)."""
+    def _hinted_logprobs(
+        self, trajs: list[Trajectory], masks: list[list[int]], skip: list[bool]
+    ) -> dict[int, torch.Tensor]:
+        """Per rescue rollout trained on the base prompt (and not in ``skip``): the policy's log-probs (no grad)
+        of its policy tokens on the hinted sequence as sampled, as many as its training mask keeps (rescue.py)."""
         idx = [
             i
             for i, t in enumerate(trajs)
-            if getattr(t.spec, "rescue", False) and t.base_system_ids is not None
+            if getattr(t.spec, "rescue", False) and t.base_system_ids is not None and not skip[i]
         ]
         if not idx:
             return {}
@@ -641,20 +653,32 @@ class GRPOTrainer:
         )
         return {i: row[: sum(1 for x in masks[i] if x)] for i, row in zip(idx, rows, strict=True)}
 
+    def _zero_gradient_rows(self, adv: torch.Tensor) -> torch.Tensor:
+        """Per row, whether its gradient is exactly 0: advantage 0 (its group's rewards are equal) and no KL term,
+        so every token's loss is -min(ratio * 0, clip(ratio) * 0) = 0. One process only: ranks that skipped
+        different rows would run different numbers of backward passes and stall the all-reduce."""
+        if self.world > 1 or self.loss_cfg.beta != 0:
+            return torch.zeros_like(adv, dtype=torch.bool)
+        return adv == 0
+
     def _gradient_is_zero(self, adv: torch.Tensor) -> bool:
-        """Every group's rewards are equal (e.g. a task no rollout solves): every advantage is 0, so without a KL
-        term the policy loss and its gradient are exactly 0 and the forward/backward passes can be skipped (one
-        process: ranks would disagree on whether to run them)."""
-        return self.world == 1 and self.loss_cfg.beta == 0 and not bool((adv != 0).any())
+        """Every group's rewards are equal (e.g. a task no rollout solves): every row's gradient is 0 and the
+        forward/backward passes can be skipped altogether."""
+        return bool(self._zero_gradient_rows(adv).all())
+
+    def _zero_gradients(self) -> None:
+        """Zero gradients on every trainable parameter, so the next optimiser step is the one a backward of a
+        zero loss would give (AdamW skips a parameter whose grad is None; it must decay it instead)."""
+        for p in self.model.parameters():
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
 
     def _zero_gradient_updates(self, n_updates: int) -> dict[str, float]:
         """The optimiser updates a batch of zero advantages would make, without computing its zero gradients:
         AdamW still decays its moments and the weights as it would after a zero-gradient backward."""
         t0 = time.perf_counter()
-        params = [p for p in self.model.parameters() if p.requires_grad]
         for _ in range(n_updates):
-            for p in params:
-                p.grad = torch.zeros_like(p)
+            self._zero_gradients()
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
         return {
