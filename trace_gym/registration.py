@@ -6,6 +6,7 @@ imports this package first, which registers everything, then looks the id up.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -72,6 +73,37 @@ def resolve_env_id(env_id: str) -> str:
         known = ", ".join(trace_env_ids()) or "none"
         raise gym.error.Error(f"unknown env id {bare!r} ({err}). Registered trace envs: {known}") from None
     return bare
+
+
+def set_target_kwargs(env_id: str, target_kwargs: dict[str, Any]) -> bool:
+    """Re-register a derived env id (one whose spec has ``target_kwargs``) so that its target is made with
+    ``target_kwargs``, for the rest of this process; returns whether the registration changed.
+
+    A derived package registers its target with the kwargs it was written with (a committed package: the
+    target's defaults, difficulty 2 for retail-v2), while a run may train on another target difficulty: this is
+    how a pipeline run and ``--target-difficulty`` make the id theirs. An id without a target is an error that
+    names it."""
+    bare = resolve_env_id(env_id)
+    spec = gym.spec(bare)
+    kwargs = dict(spec.kwargs or {})
+    if "target_kwargs" not in kwargs:
+        raise gym.error.Error(
+            f"{bare} is not derived from a target (its registration has no target_kwargs): a target "
+            "difficulty applies to derived envs only; set the env's own difficulty instead"
+        )
+    if dict(kwargs["target_kwargs"] or {}) == dict(target_kwargs):
+        return False
+    gym.registry[bare] = dataclasses.replace(spec, kwargs={**kwargs, "target_kwargs": dict(target_kwargs)})
+    return True
+
+
+def use_target_difficulty(env_id: str, difficulty: int | None) -> None:
+    """``--target-difficulty``: a derived env's target at ``difficulty`` (None: as registered)."""
+    if difficulty is None:
+        return
+    bare = resolve_env_id(env_id)
+    current = dict(gym.spec(bare).kwargs.get("target_kwargs") or {})
+    set_target_kwargs(env_id, {**current, "difficulty": difficulty})
 
 
 def trace_env_ids() -> list[str]:

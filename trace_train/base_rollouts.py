@@ -28,12 +28,22 @@ from pathlib import Path
 from typing import Any
 
 from trace_gym.records import TRAJECTORIES, RecordWriter, read_records
-from trace_gym.registration import make_env
+from trace_gym.registration import make_env, use_target_difficulty
 from trace_gym.seeds import SplitRefusedError, refuse_test_records, refuse_test_split, reset_seed
-from trace_train.config import EngineArgs, GenerationSettings, RolloutSettings, knob
+from trace_train.config import TARGET_DIFFICULTY_HELP, EngineArgs, GenerationSettings, RolloutSettings, knob
 
 # settings that must match between a run and its --resume (anything else may change, e.g. the batch size)
-RESUME_KEYS = ("env_id", "split", "model", "adapter", "difficulty", "max_turns", "sampling", "seed_offset")
+RESUME_KEYS = (
+    "env_id",
+    "split",
+    "model",
+    "adapter",
+    "difficulty",
+    "target_difficulty",
+    "max_turns",
+    "sampling",
+    "seed_offset",
+)
 
 __all__ = ["TRAJECTORIES", "RolloutArgs", "RolloutError", "RolloutSummary", "SplitRefusedError", "rollout"]
 
@@ -51,6 +61,7 @@ class RolloutArgs(RolloutSettings, EngineArgs, GenerationSettings):
     out: str
     split: str = knob("train", "only train is accepted: analysis never sees test tasks")
     difficulty: int | None = knob(None, "the env's difficulty level (default: the id's)")
+    target_difficulty: int | None = knob(None, TARGET_DIFFICULTY_HELP, minimum=1)
     base_url: str | None = knob(None, "OpenAI-compatible server (key from $OPENAI_API_KEY)")
     adapter: str | None = knob(None, "PEFT adapter dir (local) or served LoRA name (--base-url)")
     dtype: str = knob("float32", "weights dtype of a local model")
@@ -87,6 +98,7 @@ def run_header(args: RolloutArgs) -> dict[str, Any]:
         "model": args.model,
         "adapter": args.adapter,
         "difficulty": args.difficulty,
+        "target_difficulty": args.target_difficulty,
         "max_turns": args.max_turns,
         "sampling": args.sampling(),
         "seed_offset": args.seed_offset,
@@ -132,6 +144,7 @@ def rollout(args: RolloutArgs, progress: Callable[[int, int], None] | None = Non
     _check_resumable(existing, header, path)
     done = {int(r["seed"]) for r in existing}
 
+    use_target_difficulty(args.env_id, args.target_difficulty)
     probe = make_env(args.env_id)
     try:
         seeds = [reset_seed(args.split, args.seed_offset + i, probe) for i in range(args.episodes)]

@@ -130,13 +130,14 @@ def calibrate(
 
 def cmd_calibrate(ns: argparse.Namespace) -> int:
     import trace_gym  # noqa: F401
-    from trace_gym.registration import resolve_env_id
+    from trace_gym.registration import resolve_env_id, use_target_difficulty
     from trace_gym.synthesis.calibration import spec_path, write_calibration
     from trace_train.policies.remote_generation import RemoteGenerationError
     from trace_train.policy_factory import policy_from_args, release
 
     args = from_namespace(CalibrateArgs, ns)
     env_id = resolve_env_id(args.env_id)
+    use_target_difficulty(env_id, args.target_difficulty)
     if args.threads:
         import torch
 

@@ -51,6 +51,7 @@ def cmd_sft(ns: argparse.Namespace) -> int:
 
 def cmd_evaluate(ns: argparse.Namespace) -> int:
     from trace_gym.openai_client import OpenAIError
+    from trace_gym.registration import use_target_difficulty
     from trace_train.config import EvalSettings, EvaluateArgs, settings_of
     from trace_train.evaluate import evaluate
     from trace_train.metrics import peak_rss_mb
@@ -60,6 +61,7 @@ def cmd_evaluate(ns: argparse.Namespace) -> int:
 
     try:
         args = from_namespace(EvaluateArgs, ns)
+        use_target_difficulty(args.env_id, args.target_difficulty)
         policy = policy_from_args(args)
     except (FileNotFoundError, ImportError, ValueError, RemoteGenerationError) as e:
         print(f"error: {e}", file=sys.stderr)

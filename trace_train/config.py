@@ -31,6 +31,8 @@ ENGINES = ("cached", "simple")
 # how tools are written into the system prompt of chat templates without native tool support
 TOOL_FORMATS = ("json", "compact")
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo")
+# a derived env's --difficulty is its start depth; its target's difficulty is this (trace_gym.registration)
+TARGET_DIFFICULTY_HELP = "a derived env's target difficulty (None: as its package registers it, the target's default; the demo's is 1)"
 CURRICULA = ("fixed", "adaptive")  # GRPO's level choice (trace_train/grpo/curriculum.py)
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -269,6 +271,7 @@ class EvaluateArgs(EvalSettings, EngineArgs, GenerationSettings):
     base_url: str | None = knob(None, "OpenAI-compatible endpoint (vLLM, llama.cpp) instead of a local model")
     split: str = knob("test", "the split evaluated", enum=["train", "test"])
     difficulty: int | None = knob(None, "the env's difficulty level (None: the id's default)")
+    target_difficulty: int | None = knob(None, TARGET_DIFFICULTY_HELP, minimum=1)
     dtype: str = knob("float32", "weights dtype of a local model")
     out: str | None = knob(None, "trajectories JSONL (default runs/eval/<env>-<split>.jsonl)")
     resume: bool = knob(False, "keep the episodes --out already holds for these tasks and run only the rest")
@@ -322,6 +325,7 @@ class CalibrateArgs(CalibrationSettings, EngineArgs, GenerationSettings):
     env_id: str
     model: str = knob("smollm2-135m", "alias, local HF dir, or the served model name (--base-url)")
     adapter: str | None = knob(None, "PEFT adapter (e.g. the warm-started base agent)")
+    target_difficulty: int | None = knob(None, TARGET_DIFFICULTY_HELP, minimum=1)
     base_url: str | None = knob(None, "OpenAI-compatible endpoint instead of a local model")
     dtype: str = knob("float32", "weights dtype of a local model")
     threads: int = knob(0, "torch CPU threads (0: torch's default)", minimum=0)
@@ -549,6 +553,7 @@ class GRPOArgs(GRPOSettings, EngineArgs, LoraArgs):
     out: str = knob("runs/grpo", "output directory (adapter, checkpoints, metrics)")
     init_adapter: str | None = knob(None, "start from an existing adapter (e.g. `trace sft` output)")
     difficulty: int | None = knob(None, "the env's difficulty level (None: the id's default)")
+    target_difficulty: int | None = knob(None, TARGET_DIFFICULTY_HELP, minimum=1)
     target_env_id: str | None = knob(
         None, "the target env whose train-split groups are mixed in (--target-share)"
     )
@@ -690,6 +695,7 @@ class SFTArgs(SFTSettings, EngineArgs, LoraArgs):
     model: str = knob("smollm2-135m", "model alias or local Hugging Face directory")
     out: str = knob("runs/sft", "output directory (adapter, merged model with --merge)")
     seed: int = knob(0, "seed of shuffling and initialisation")
+    target_difficulty: int | None = knob(None, TARGET_DIFFICULTY_HELP, minimum=1)
     merge: bool = knob(False, "also save the base with the adapter merged in (a plain model directory)")
     lora_rank: int = knob(16, "LoRA rank")
     lora_alpha: int = knob(32, "LoRA alpha")

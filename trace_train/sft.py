@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from trace_gym.registration import make_env
+from trace_gym.registration import make_env, use_target_difficulty
 from trace_gym.seeds import train_reset_seed
 from trace_train.config import SFTArgs
 from trace_train.engine.cached import common_prefix_length
@@ -225,6 +225,7 @@ def run_sft(
     ``resume`` a checkpoint there is refused too (an interrupted fit's progress is not overwritten). With
     ``resume``, a fit OUT already finished with these settings is returned as it is. ``progress`` receives a
     line per phase and per optimiser step (``trace sft`` shows it)."""
+    use_target_difficulty(args.env_id, args.target_difficulty)  # before anything reads the env
     finished = _finished_fit(args)
     if finished is not None:
         return finished

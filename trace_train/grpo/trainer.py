@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from trace_gym.registration import make_env
+from trace_gym.registration import make_env, use_target_difficulty
 from trace_gym.seeds import check_train_tasks, train_reset_seed
 from trace_train.ceiling import fill_caps, oracle_ceiling, require_ceiling
 from trace_train.config import GRPOArgs
@@ -70,6 +70,7 @@ class GRPOTrainer:
         from accelerate import Accelerator
 
         self.args = args
+        use_target_difficulty(args.env_id, args.target_difficulty)  # before any env of it is made
         self.loss_cfg = args.loss_config()
         self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
         self.rank, self.world = self.acc.process_index, self.acc.num_processes

@@ -26,20 +26,17 @@ def use_run_envs(cfg: Any, env_ids: Iterable[str]) -> None:
     this run's synthesis rewrote it. Without this, a run on retail-v2 at difficulty 1 calibrated and trained its
     capability envs on difficulty-2 tasks. Envs not derived from a target (no ``target_kwargs``) are left as
     they are; an id that is not registered is an error that names it."""
-    import dataclasses
-
     import gymnasium as gym
 
-    import trace_gym  # noqa: F401 - registers the built-ins and the generated packages
+    from trace_gym.registration import set_target_kwargs
 
     wanted = target_kwargs(cfg)
     for env_id in env_ids:
         spec = gym.registry.get(env_id)
         if spec is None:
             raise RuntimeError(f"{env_id} is not registered: is its synthesis package importable?")
-        kwargs = dict(spec.kwargs or {})
-        if "target_kwargs" in kwargs and dict(kwargs["target_kwargs"] or {}) != wanted:
-            gym.registry[env_id] = dataclasses.replace(spec, kwargs={**kwargs, "target_kwargs": wanted})
+        if "target_kwargs" in (spec.kwargs or {}):
+            set_target_kwargs(env_id, wanted)
 
 
 def set_threads(n: int) -> None:
