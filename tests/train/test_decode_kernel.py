@@ -507,10 +507,12 @@ def test_a_kernel_that_does_not_build_leaves_the_matmul_path(monkeypatch, tmp_pa
     assert not decode_kernel.supports(q.reshape(2, 4, 1, 16), k)
 
 
+@pytest.mark.parametrize("rank", [4, 6])  # the kernel takes A four rows at a time: 6 leaves a remainder of 2
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_routed_lora_update_adds_each_tokens_own_adapter_only(dtype):
-    """out[t] += B_s A_s x[t] * scaling for the token's slot s (none for the base slot 0), against float64."""
-    tokens, width_in, width_out, adapters, rank = 7, 40, 300, 3, 4
+def test_routed_lora_update_adds_each_tokens_own_adapter_only(dtype, rank):
+    """out[t] += B_s A_s x[t] * scaling for the token's slot s (none for the base slot 0), against float64; 300
+    outputs are four whole chunks of 64 and a partial one."""
+    tokens, width_in, width_out, adapters = 7, 40, 300, 3
     g = torch.Generator().manual_seed(9)
     x = torch.randn(tokens, width_in, generator=g).to(dtype)
     a = [torch.randn(rank, width_in, generator=g).to(dtype) for _ in range(adapters)]
@@ -536,5 +538,5 @@ def test_routed_lora_update_adds_each_tokens_own_adapter_only(dtype):
     else:
         torch.testing.assert_close(out.double(), want, atol=tol, rtol=0)
     assert torch.equal(out[0], base[0]) and torch.equal(out[5], base[5])  # base-slot tokens untouched
-    with pytest.raises(RuntimeError, match="a slot past the adapters"):
+    with pytest.raises(RuntimeError, match="slot 4 is past the 3 adapters"):
         decode_kernel.routed_lora_update(x, stacked_a, stacked_bt, torch.full((tokens,), 4), out, rank)
