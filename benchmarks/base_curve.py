@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trace_train.bases.commands import cpu_name
 from trace_train.config import EvalSettings
+from trace_train.metrics import cpu_name
 from trace_train.stats import wilson_interval
 
 ENV = "trace/retail-v2"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
@@ -29,15 +28,8 @@ import torch
 from trace_train.bases import by_name, materialise
 from trace_train.config import GRPOArgs
 from trace_train.grpo.trainer import GRPOTrainer
-from trace_train.metrics import peak_rss_mb
+from trace_train.metrics import cpu_name, peak_rss_mb
 from trace_train.rollout import RolloutStats
-
-
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def main() -> None:
@@ -118,7 +110,7 @@ def main() -> None:
     scale = max((float(g.abs().max()) for g in full_g.values()), default=0.0)
     tokens = [len(t.training_ids()[0]) for t in trajs]
     out = {
-        "cpu": _cpu(),
+        "cpu": cpu_name(),
         "dtype": str(trainer.policy.model.dtype),
         "rollouts": len(trajs),
         "tokens_per_rollout_mean": sum(tokens) / len(tokens),

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from trace_train.metrics import cpu_name
 
 ARMS: dict[str, dict[str, Any]] = {
     "fixed": {},
@@ -75,14 +75,6 @@ class Settings:
     ladder: str
     out: Path
     dtype: str
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if "Model name" in line)
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown CPU"
 
 
 def register_capability_env(s: Settings) -> str:

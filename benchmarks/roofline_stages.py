@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trace_train.metrics import cpu_name
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "roofline"
 
@@ -208,17 +210,6 @@ def run_side(name: str, **kw: Any) -> dict[str, Any]:
         if proc.returncode != 0:
             return {"error": f"side {name} exited {proc.returncode}"}
         return json.loads(Path(out.name).read_text())
-
-
-def cpu_name() -> str:
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    except OSError:
-        return "unknown"
-    model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if "Model name" in line), "?")
-    flags = next((line for line in lscpu.splitlines() if line.startswith("Flags")), "")
-    bf16 = [f for f in ("amx_bf16", "avx512_bf16") if f in flags.split()]
-    return f"{model} ({', '.join(bf16) or 'no native bf16: avx2'}), {os.cpu_count()} cpus"
 
 
 def main() -> None:

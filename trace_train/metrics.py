@@ -119,3 +119,21 @@ def peak_rss_mb() -> float:
     training/evaluation command reports)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # macOS: bytes; Linux: KiB
+
+
+def cpu_name() -> str:
+    """The CPU's model name and the native low-precision matmul it has (what decides `dtype = auto`)."""
+    import platform
+
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and name in ("", platform.machine(), platform.processor()):
+                name = line.split(":", 1)[1].strip()
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    native = [f for f in ("amx_bf16", "avx512_bf16") if f in flags] or (["avx2"] if "avx2" in flags else [])
+    return f"{name} ({', '.join(native) or 'no avx2'})"

@@ -300,3 +300,46 @@ def test_a_stage_that_runs_a_model_records_its_roofline_account(tmp_path):
     assert acc["phases"]["decode"]["tokens"] > 0 and 0 < acc["share_of_bound"] < 1
     assert acc["wall_s"] == pytest.approx(state["wall_s"], abs=0.01)
     assert json.loads((tmp_path / "run" / "02-files" / "stage.json").read_text())["roofline"] is None
+
+
+def test_a_stage_resumed_on_another_machine_names_both_and_the_report_says_so(tmp_path, monkeypatch):
+    """Runs longer than a working session are resumed on whatever machine the next one gets: each stage records
+    the CPUs its parts ran on, and the report's stage table shows them when they differ."""
+    import trace_train.pipeline.runner as runner_module
+    from trace_train.pipeline.runner import StageContext
+    from trace_train.pipeline.stages.report import timing_section
+
+    calls = Calls()
+    calls.interrupt_at = "second"
+    monkeypatch.setattr(runner_module, "cpu_name", lambda: "CPU A (avx512_bf16)")
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, calls)
+    monkeypatch.setattr(runner_module, "cpu_name", lambda: "CPU B (avx2)")
+    assert run(tmp_path, calls) == ["skipped", "resumed", "ran"]
+    states = {
+        name: json.loads((tmp_path / "run" / d / "stage.json").read_text())
+        for name, d in (("first", "01-first"), ("second", "02-second"), ("third", "03-third"))
+    }
+    assert states["first"]["machines"] == ["CPU A (avx512_bf16)"]
+    assert states["second"]["machines"] == ["CPU A (avx512_bf16)", "CPU B (avx2)"]
+    assert states["third"]["machines"] == ["CPU B (avx2)"]
+
+    def section(names):
+        ctx = StageContext(
+            name="report",
+            dir=tmp_path / "r",
+            config=config_from_dict({"out": str(tmp_path / "run")}),
+            upstream={n: {} for n in names},
+            upstream_dirs={n: tmp_path / "run" / d for n, d in names.items()},
+            resume=False,
+            reporter=Reporter(io.StringIO(), tty=False),
+            run_dir=tmp_path / "run",
+        )
+        return timing_section(ctx)
+
+    mixed = section({"first": "01-first", "second": "02-second"})
+    header, rows = mixed.tables[0]
+    assert header[5] == "CPU" and rows[1][5] == "CPU A (avx512_bf16), CPU B (avx2)"
+    assert "more than one machine" in mixed.after[0]
+    one = section({"third": "03-third"})
+    assert "CPU" not in one.tables[0][0] and "Every stage ran on CPU B (avx2)." in one.after[0]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import subprocess
 from datetime import UTC, datetime
@@ -12,22 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_train.bases import ADAPTER_FILES, BASES_DIR, ShippedBase, by_name, sha256_of, shipped_bases, verify
-
-
-def cpu_name() -> str:
-    """The CPU's model name and the native low-precision matmul it has (what decides `dtype = auto`)."""
-    name, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and name in ("", platform.machine(), platform.processor()):
-                name = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-    except OSError:
-        pass
-    native = [f for f in ("amx_bf16", "avx512_bf16") if f in flags] or (["avx2"] if "avx2" in flags else [])
-    return f"{name} ({', '.join(native) or 'no avx2'})"
+from trace_train.metrics import cpu_name
 
 
 def _git_commit() -> str | None:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trace_train.metrics import peak_rss_mb, release_memory, reset_peak_rss
+from trace_train.metrics import cpu_name, peak_rss_mb, release_memory, reset_peak_rss
 from trace_train.pipeline.config import RunConfig
 from trace_train.pipeline.progress import Reporter
 from trace_train.roofline import LEDGER, account
@@ -260,6 +260,8 @@ class Pipeline:
             if directory.exists():
                 shutil.rmtree(directory)
         previous_wall = _interrupted_wall(state, directory) if resume and state else 0.0
+        # the CPUs its parts ran on: a run resumed on another machine says so in its stage table
+        machines = list(dict.fromkeys([*((state or {}).get("machines") or [] if resume else []), cpu_name()]))
         directory.mkdir(parents=True, exist_ok=True)
         (directory / CONFIG_FILE).write_text(json.dumps(cfg, indent=2, default=str) + "\n")
         started = time.time()
@@ -270,6 +272,7 @@ class Pipeline:
                 "input_hash": input_hash,
                 "started": started,
                 "wall_s_before": previous_wall,
+                "machines": machines,
             },
         )
         ctx = StageContext(
@@ -294,6 +297,7 @@ class Pipeline:
                     "status": "running",
                     "input_hash": input_hash,
                     "wall_s": previous_wall + time.time() - started,
+                    "machines": machines,
                 },
             )
             self.reporter.line(f"== {stage.name}: interrupted; `trace run` again resumes it")
@@ -335,6 +339,7 @@ class Pipeline:
             "peak_rss_scope": "stage" if own_peak else "process so far",
             "rss_after_release_mb": round(rss_after, 1),
             "roofline": roofline,
+            "machines": machines,
             "finished": time.time(),
             "result": result,
         }

@@ -702,7 +702,13 @@ def timing_section(ctx: StageContext) -> Section:
         ]
         for name, st in states.items()
     ]
-    s.tables.append((["stage", "wall s", "bound s", "share of bound", "peak RSS MB", "result"], rows))
+    header = ["stage", "wall s", "bound s", "share of bound", "peak RSS MB", "result"]
+    machines = {name: ", ".join(st.get("machines") or ["not recorded"]) for name, st in states.items()}
+    if len(set(machines.values())) > 1:  # resumed on other machines: each stage says where it ran
+        header.insert(5, "CPU")
+        for row, name in zip(rows, states, strict=True):
+            row.insert(5, machines[name])
+    s.tables.append((header, rows))
     total = sum(float(st.get("wall_s") or 0) for st in states.values())
     scopes = {st.get("peak_rss_scope", "process so far") for st in states.values()}
     peak = (
@@ -711,7 +717,16 @@ def timing_section(ctx: StageContext) -> Section:
         else "Peak RSS: where the OS could not reset the process's high-water mark (or for stages run by an "
         "older version), the process's maximum up to the end of the stage, which may belong to an earlier stage."
     )
-    s.after.append(f"Total wall time of the stages above: {total:.0f} s ({total / 60:.1f} min). {peak}")
+    where = {
+        0: "",
+        1: f"Every stage ran on {next(iter(machines.values()), '')}.",
+    }.get(
+        len(set(machines.values())),
+        "The stages ran on more than one machine (column CPU): their times are not one machine's.",
+    )
+    s.after.append(
+        f"Total wall time of the stages above: {total:.0f} s ({total / 60:.1f} min). {peak} {where}"
+    )
     s.after += roofline_paragraphs(states)
     return s
 
