@@ -75,10 +75,10 @@ def test_nothing_is_routed_outside_the_block_or_with_gradients():
     assert all("forward" not in m.__dict__ for m in model.modules())
 
 
-def test_float32_small_and_disabled_linears_are_left_alone():
-    model = _model().float()
-    assert DecodeLinears(model).eligible() == []
+def test_small_other_dtype_and_disabled_linears_are_left_alone():
+    assert DecodeLinears(_model().double()).eligible() == []
     assert DecodeLinears(_model(), enabled=False).eligible() == []
+    assert DecodeLinears(_model().float(), enabled=False).eligible() == []
     tiny = nn.Linear(16, 16).to(torch.bfloat16)  # a LoRA factor's size
     assert DecodeLinears(tiny, enabled=True).eligible() == []
 
@@ -119,3 +119,44 @@ def test_a_block_inside_a_block_routes_nothing_twice_and_the_outer_one_restores(
         )  # still routed until the outer exits
     assert (outer, inner) == (2, 0)
     assert all("forward" not in m.__dict__ for m in model.modules())
+
+
+needs_float32_packing = pytest.mark.skipif(
+    not decode_linears.available(torch.float32), reason="this torch build cannot pack float32 weights for oneDNN"
+)
+
+
+@needs_float32_packing
+@pytest.mark.parametrize("rows", [1, 2, 8, 16, 17])
+def test_float32_routes_two_to_sixteen_rows_to_the_packed_weight(rows):
+    """float32 (dtype auto on an AVX2 CPU): 2-16 rows on the packed oneDNN weight, float32 rounding apart from
+    nn.Linear (another summation order); one row and more than 16 keep nn.Linear's own forward, bit for bit."""
+    model = _model().float()
+    x = torch.randn(rows, 1, 576)
+    with torch.no_grad():
+        want = model(x)
+        routed = DecodeLinears(model)
+        with routed.active() as n:
+            got = model(x)
+    assert n == 2
+    if 2 <= rows <= 16:
+        assert routed.packed_calls == 2
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    else:
+        assert routed.packed_calls == 0 and torch.equal(got, want)
+
+
+@needs_float32_packing
+def test_a_packed_float32_weight_follows_an_in_place_update():
+    model = _model().float()
+    x = torch.randn(8, 576)
+    routed = DecodeLinears(model)
+    with torch.no_grad():
+        with routed.active():
+            before = model(x)
+        model[2].weight.mul_(-1.0)
+        with routed.active():
+            after = model(x)
+        want = model(x)
+    torch.testing.assert_close(after, want, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(after, before)
