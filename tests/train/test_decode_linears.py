@@ -122,7 +122,8 @@ def test_a_block_inside_a_block_routes_nothing_twice_and_the_outer_one_restores(
 
 
 needs_float32_packing = pytest.mark.skipif(
-    not decode_linears.available(torch.float32), reason="this torch build cannot pack float32 weights for oneDNN"
+    not decode_linears.available(torch.float32),
+    reason="this torch build cannot pack float32 weights for oneDNN",
 )
 
 
