@@ -18,6 +18,23 @@ def _no_zero_rows(self, adv):
     return torch.zeros_like(adv, dtype=torch.bool)
 
 
+def _optimise_seeing_gradients(trainer, trajs) -> tuple[list[dict[str, torch.Tensor]], dict]:
+    """``trainer.optimise(trajs)``, with each update's gradients as clipping sees them, and its metrics."""
+    seen: list[dict[str, torch.Tensor]] = []
+    real_clip = trainer._clip_and_check
+
+    def spy():
+        seen.append({n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
+        return real_clip()
+
+    trainer._clip_and_check = spy
+    try:
+        metrics = trainer.optimise(trajs)
+    finally:
+        trainer._clip_and_check = real_clip
+    return seen, metrics
+
+
 @pytest.fixture(autouse=True)
 def full_passes(monkeypatch):
     """The tiny model scores every rollout of these envs alike, and a batch of equal rewards skips the
@@ -190,19 +207,7 @@ def test_micro_batches_sharing_one_prefix_give_the_gradients_of_one_batch(tiny_m
         trainer.policy.model.load_state_dict(start)
         trainer.args.micro_batch_size, trainer.args.micro_batch_tokens = micro, tokens
         trainer.optimizer.state.clear()
-        seen: list[dict[str, torch.Tensor]] = []
-        real_clip = trainer._clip_and_check
-
-        def spy():
-            seen.append(
-                {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
-            )
-            return real_clip()
-
-        trainer._clip_and_check = spy
-        trainer.optimise(trajs)
-        trainer._clip_and_check = real_clip
-        return seen
+        return _optimise_seeing_gradients(trainer, trajs)[0]
 
     whole = grads_with(4)
     assert used and not any(used)  # one micro-batch: nothing to share across
@@ -303,18 +308,7 @@ def test_rows_of_an_equal_reward_group_are_skipped_with_the_same_gradient(
         trainer.optimizer.state.clear()
         if not skip:
             monkeypatch.setattr(GRPOTrainer, "_zero_gradient_rows", _no_zero_rows)
-        seen: list[dict[str, torch.Tensor]] = []
-        real_clip = trainer._clip_and_check
-
-        def spy():
-            seen.append(
-                {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
-            )
-            return real_clip()
-
-        trainer._clip_and_check = spy
-        metrics = trainer.optimise(trajs)
-        trainer._clip_and_check = real_clip
+        seen, metrics = _optimise_seeing_gradients(trainer, trajs)
         monkeypatch.undo()
         return seen, metrics
 

@@ -509,11 +509,13 @@ class GRPOTrainer:
         )
         n = len(seqs)
         n_updates = a.ppo_epochs * a.num_minibatches
-        if self._gradient_is_zero(adv):
-            return self._zero_gradient_updates(n_updates)
         # rows of an equal-reward group have advantage 0 and (without a KL term) exactly zero gradient: they
-        # count in each minibatch's normaliser but are not passed forward and backward
-        idle = self._zero_gradient_rows(adv).tolist()
+        # count in each minibatch's normaliser but are not passed forward and backward; when every row is such
+        # (e.g. a task no rollout solves), no pass runs at all
+        zero_rows = self._zero_gradient_rows(adv)
+        if bool(zero_rows.all()):
+            return self._zero_gradient_updates(n_updates)
+        idle = zero_rows.tolist()
         gen = torch.Generator().manual_seed(a.seed * 7919 + self.state["step"])
         sums: dict[str, float] = dict.fromkeys(("clip_fraction", "kl"), 0.0)
         mismatch: dict[str, float] = dict.fromkeys(MISMATCH_KEYS, 0.0)  # its own dict: both have a "kl"
@@ -661,11 +663,6 @@ class GRPOTrainer:
         if self.world > 1 or self.loss_cfg.beta != 0:
             return torch.zeros_like(adv, dtype=torch.bool)
         return adv == 0
-
-    def _gradient_is_zero(self, adv: torch.Tensor) -> bool:
-        """Every group's rewards are equal (e.g. a task no rollout solves): every row's gradient is 0 and the
-        forward/backward passes can be skipped altogether."""
-        return bool(self._zero_gradient_rows(adv).all())
 
     def _zero_gradients(self) -> None:
         """Zero gradients on every trainable parameter, so the next optimiser step is the one a backward of a
