@@ -62,6 +62,27 @@ def test_same_seed_same_instance_and_splits_differ(env):
         assert train.render_instance() != env.render_instance()
 
 
+def test_a_seed_drawn_again_is_the_same_task_and_the_same_stream_after_it():
+    """A reset to a seed the env drew before takes the kept task (``_generate_task``): it must equal a fresh
+    env's, whatever the last episode did to its task, and leave the rng where a fresh draw would."""
+    env, fresh = RetailEnv(), RetailEnv()
+    for seed, split in [(3, "train"), (7, "test"), (3, "train")]:
+        env.reset(seed=seed, options={"split": split})
+        for action in env.oracle_actions():
+            env.step(action)
+        env.task.initial_state["users"].clear()  # an episode that changed its task in place
+        env.task.requests.clear()
+    kept = len(env._task_memo)
+    env.reset(seed=3, options={"split": "train"})
+    fresh.reset(seed=3, options={"split": "train"})
+    assert len(env._task_memo) == kept  # taken from the memo, not drawn again
+    assert env.render_instance() == fresh.render_instance()
+    assert env.oracle_actions() == fresh.oracle_actions()
+    assert (
+        env.np_random.integers(1 << 62, size=4).tolist() == fresh.np_random.integers(1 << 62, size=4).tolist()
+    )
+
+
 @pytest.mark.parametrize("difficulty", [1, 2, 3])
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_oracle_scores_one_everywhere(env, split, difficulty):

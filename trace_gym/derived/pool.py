@@ -225,9 +225,9 @@ def _store(path: Path, pool: dict[str, tuple[Source, ...]]) -> None:
 
 @cache
 def _cached(target_id: str, kwargs: tuple[tuple[str, Any], ...], capability: str, window: int):
-    """The scan, once per process and, on disk, once per code version (the first reset of a retail-derived env
-    scans 1,000 target tasks: 32 s of CPU for retail-information-gathering on a 2-core AMD EPYC, 10 s for a BFCL
-    one)."""
+    """The scan, once per process and, on disk, once per code version. The first reset of a retail-derived env
+    scans 1,000 target tasks: 28-35 s of CPU on a 2-core AVX2 AMD EPYC (43-46 s before the retail env kept the
+    tasks it drew, ``RetailEnv._generate_task``); about 10 s for a BFCL one."""
     import gymnasium as gym
 
     mode = os.environ.get(CACHE_MODE_VAR, "on")

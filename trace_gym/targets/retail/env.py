@@ -12,6 +12,8 @@ retired; their ids answer with Gymnasium's "deprecated, use trace/retail-v2".
 from __future__ import annotations
 
 import json
+import pickle
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -45,6 +47,9 @@ GOODBYE = "I'm glad I could help with that. Have a great day!"
 
 USERS = ("scripted", "llm")
 LLM_USER_OPTIONS = ("temperature", "seed", "max_tokens", "max_replies", "system_template", "greeting")
+# tasks one env keeps for resets to a seed it drew before (about 25 KB pickled each; a pool scan of 1,000
+# target seeds replays the sources of at most that many)
+TASK_MEMO_SIZE = 1024
 
 
 class RetailEnv(ChatToolEnv):
@@ -143,13 +148,15 @@ class RetailEnv(ChatToolEnv):
         self.task: Task | None = None
         self.diagnosis: Diagnosis | None = None
         self.parse_turns = 0
+        # (difficulty, rng state before the draw) -> (pickled task, rng state after it); see _generate_task
+        self._task_memo: OrderedDict[tuple[int, str], tuple[bytes, dict[str, Any]]] = OrderedDict()
         super().__init__(render_mode, difficulty, max_turns, max_invalid_turns, max_tool_calls_per_turn)
 
     def _make_tools(self) -> list[Tool]:
         return list(TOOLS.values())
 
     def _new_episode(self, rng: np.random.Generator, difficulty: int) -> Episode:
-        task = generate_task(rng, difficulty)
+        task = self._generate_task(rng, difficulty)
         self.task = task
         self.diagnosis, self.parse_turns = None, 0
         user: UserRecords
@@ -173,6 +180,24 @@ class RetailEnv(ChatToolEnv):
             hint=HINT,
             value_pool=value_pool(task),
         )
+
+    def _generate_task(self, rng: np.random.Generator, difficulty: int) -> Task:
+        """:func:`generate_task`, remembered per (difficulty, rng state): a reset to a seed this env drew before
+        unpickles that task (about 1 ms) and leaves the rng where the draw left it, instead of drawing the
+        database again (about 10 ms): the same task and the same random stream after it. A derived env's pool
+        scan resets each source task several times (its replays: two thirds of a scan's resets), a GRPO group
+        once per rollout. A copy per reset: nothing an episode does reaches the kept task."""
+        key = (difficulty, json.dumps(rng.bit_generator.state, sort_keys=True))
+        kept = self._task_memo.get(key)
+        if kept is not None:
+            self._task_memo.move_to_end(key)
+            rng.bit_generator.state = kept[1]
+            return pickle.loads(kept[0])
+        task = generate_task(rng, difficulty)
+        self._task_memo[key] = (pickle.dumps(task), rng.bit_generator.state)
+        if len(self._task_memo) > TASK_MEMO_SIZE:
+            self._task_memo.popitem(last=False)
+        return task
 
     def _live_state(self) -> State:
         assert self.world is not None
