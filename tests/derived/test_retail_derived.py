@@ -273,3 +273,17 @@ def test_a_refusal_without_its_read_fails_and_earns_no_milestones():
         assert reward == 0.0 and last["info"]["reward_components"][SHAPED_KEY] == 0.0
         assert "LACKING" in last["info"]["requirements"].values()
     assert played >= 2
+
+
+def test_a_shared_scan_target_scans_as_a_fresh_one():
+    """Every capability's scan in a process uses one target (``scan_target``), which keeps the tasks it drew:
+    a capability scanned after another must get the pool a fresh target gives."""
+    from trace_gym.derived.pool import scan, scan_target
+
+    shared = scan_target("trace/retail-v2", (("difficulty", 1),))
+    first = scan(shared, "policy-adherence", 80)
+    after = scan(shared, "information-gathering", 80)
+    fresh = gym.make("trace/retail-v2", difficulty=1, disable_env_checker=True).unwrapped
+    assert after == scan(fresh, "information-gathering", 80) and after["train"]
+    fresh = gym.make("trace/retail-v2", difficulty=1, disable_env_checker=True).unwrapped
+    assert first == scan(fresh, "policy-adherence", 80)

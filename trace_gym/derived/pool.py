@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from dataclasses import asdict, dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -223,21 +224,37 @@ def _store(path: Path, pool: dict[str, tuple[Source, ...]]) -> None:
         pass
 
 
+_scan_lock = threading.Lock()
+# draws a scan target keeps (RetailEnv.task_memo_size): every draw of a 1,000-seed window, redraws included
+SCAN_MEMO_SIZE = 4096
+
+
+@cache
+def scan_target(target_id: str, kwargs: tuple[tuple[str, Any], ...]) -> Any:
+    """One target env per process for every capability's scan: a target that keeps the tasks it drew (retail)
+    draws each of the window's tasks once for all its capabilities (the scans of the second and later
+    capabilities of retail-v2 took 10-12 s of draws each)."""
+    import gymnasium as gym
+
+    target = gym.make(target_id, disable_env_checker=True, **dict(kwargs)).unwrapped
+    if hasattr(target, "task_memo_size"):
+        target.task_memo_size = max(target.task_memo_size, SCAN_MEMO_SIZE)
+    return target
+
+
 @cache
 def _cached(target_id: str, kwargs: tuple[tuple[str, Any], ...], capability: str, window: int):
     """The scan, once per process and, on disk, once per code version. The first reset of a retail-derived env
     scans 1,000 target tasks: 28-35 s of CPU on a 2-core AVX2 AMD EPYC (43-46 s before the retail env kept the
     tasks it drew, ``RetailEnv._generate_task``); about 10 s for a BFCL one."""
-    import gymnasium as gym
-
     mode = os.environ.get(CACHE_MODE_VAR, "on")
     if mode not in CACHE_MODES:
         raise ValueError(f"{CACHE_MODE_VAR} must be one of {list(CACHE_MODES)}, got {mode!r}")
     path = _pool_file(target_id, kwargs, capability, window)
     pool = _load(path) if mode != "off" else None
     if pool is None:
-        target = gym.make(target_id, disable_env_checker=True, **dict(kwargs)).unwrapped
-        pool = scan(target, capability, window)
+        with _scan_lock:  # the scan target is shared: one scan at a time in a process
+            pool = scan(scan_target(target_id, kwargs), capability, window)
         if mode == "on":
             _store(path, pool)
     return pool

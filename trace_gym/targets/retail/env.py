@@ -47,8 +47,8 @@ GOODBYE = "I'm glad I could help with that. Have a great day!"
 
 USERS = ("scripted", "llm")
 LLM_USER_OPTIONS = ("temperature", "seed", "max_tokens", "max_replies", "system_template", "greeting")
-# tasks one env keeps for resets to a seed it drew before (about 25 KB pickled each; a pool scan of 1,000
-# target seeds replays the sources of at most that many)
+# tasks one env keeps for resets to a seed it drew before (about 25 KB pickled each); a pool scan's target
+# keeps more (trace_gym.derived.pool.scan_target)
 TASK_MEMO_SIZE = 1024
 
 
@@ -150,6 +150,7 @@ class RetailEnv(ChatToolEnv):
         self.parse_turns = 0
         # (difficulty, rng state before the draw) -> (pickled task, rng state after it); see _generate_task
         self._task_memo: OrderedDict[tuple[int, str], tuple[bytes, dict[str, Any]]] = OrderedDict()
+        self.task_memo_size = TASK_MEMO_SIZE
         super().__init__(render_mode, difficulty, max_turns, max_invalid_turns, max_tool_calls_per_turn)
 
     def _make_tools(self) -> list[Tool]:
@@ -195,7 +196,7 @@ class RetailEnv(ChatToolEnv):
             return pickle.loads(kept[0])
         task = generate_task(rng, difficulty)
         self._task_memo[key] = (pickle.dumps(task), rng.bit_generator.state)
-        if len(self._task_memo) > TASK_MEMO_SIZE:
+        if len(self._task_memo) > self.task_memo_size:
             self._task_memo.popitem(last=False)
         return task
 
