@@ -52,6 +52,10 @@ SHAPES = [  # rows, K/V heads, query heads per K/V head, head dim, prefix, own c
     (2, 2, 2, 16, 0, 77),  # no prefix (a decode step without a shared prefix)
     (1, 3, 3, 64, 1000, 5),  # one row: its columns split across threads
     (3, 1, 5, 32, 40, 300),  # a head shape only the run-time kernel takes
+    # the prefix read once for all rows (run_prefix): several prefix splits, a partial last block, an odd
+    # number of queries (rows x groups), a head dim of 32
+    (8, 3, 3, 64, 2100, 40),
+    (3, 1, 5, 32, 700, 10),
 ]
 
 

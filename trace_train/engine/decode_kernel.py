@@ -18,6 +18,12 @@ Numerics: the matmul path rounds scores and probabilities to the model's dtype (
 kernel keeps them in float32 and rounds once at the end. In float32 both agree to ~1e-6; in bf16 outputs differ
 in the last bits, and a greedy near-tie may resolve the other way.
 
+With two rows or more over a shared prefix, the prefix is read once for all of them (``run_prefix``: work items
+are (head, split of the prefix), each block of 64 keys is transposed into float32 once and scored against every
+row's queries with broadcast FMAs) and only the rows' own columns per row; both sets of partial states merge by
+their log-sum-exps. The per-row pass read the prefix once per row: at 8 rows over a 3,400-token prefix (float32,
+2-core AVX2 EPYC, shipped base) decode attention took 70 ms a step, now 37 ms (the step 175 -> 134 ms).
+
 ``csrc/prefill_attention.cpp`` (the same module) is prefill's counterpart: torch's CPU flash attention computes
 bf16 at the float32 rate on a CPU without AMX (124-168 GFLOP/s here, where oneDNN's bf16 GEMMs of the same shapes
 reach 660-940), and prefill over the 2,700-token shared prefix spent two thirds of its time there. Keys and values
