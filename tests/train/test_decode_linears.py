@@ -129,9 +129,11 @@ needs_float32_packing = pytest.mark.skipif(
 
 @needs_float32_packing
 @pytest.mark.parametrize("rows", [1, 2, 8, 16, 17])
-def test_float32_routes_two_to_sixteen_rows_to_the_packed_weight(rows):
-    """float32 (dtype auto on an AVX2 CPU): 2-16 rows on the packed oneDNN weight, float32 rounding apart from
-    nn.Linear (another summation order); one row and more than 16 keep nn.Linear's own forward, bit for bit."""
+def test_float32_routes_two_to_sixteen_rows_to_the_packed_weight(rows, monkeypatch):
+    """float32 (dtype auto on an AVX2 CPU) without the small-linear kernel: 2-16 rows on the packed oneDNN
+    weight, float32 rounding apart from nn.Linear (another summation order); one row and more than 16 keep
+    nn.Linear's own forward, bit for bit."""
+    monkeypatch.setattr(decode_linears.decode_kernel, "load", lambda: None)
     model = _model().float()
     x = torch.randn(rows, 1, 576)
     with torch.no_grad():
@@ -139,12 +141,52 @@ def test_float32_routes_two_to_sixteen_rows_to_the_packed_weight(rows):
         routed = DecodeLinears(model)
         with routed.active() as n:
             got = model(x)
-    assert n == 2
+    assert n == 2 and routed.small_calls == 0
     if 2 <= rows <= 16:
         assert routed.packed_calls == 2
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     else:
         assert routed.packed_calls == 0 and torch.equal(got, want)
+
+
+needs_small_linear = pytest.mark.skipif(
+    decode_linears.decode_kernel.load() is None, reason="the decode kernels do not build here"
+)
+
+
+@needs_float32_packing
+@needs_small_linear
+@pytest.mark.parametrize("rows", [1, 3, 5, 8, 16, 17])
+@pytest.mark.parametrize("bias", [True, False])
+def test_float32_routes_one_to_sixteen_rows_to_the_small_linear_kernel(rows, bias):
+    """float32 with the kernel: 1-16 rows through ``small_linear`` (tiles of 4 rows and their remainders, output
+    widths that leave a partial panel and a partial panel block), float32 rounding apart from nn.Linear; more
+    than 16 rows keep nn.Linear's own forward, bit for bit."""
+    torch.manual_seed(rows)
+    model = nn.Sequential(nn.Linear(576, 389, bias=bias), nn.SiLU(), nn.Linear(389, 1541, bias=bias)).float()
+    x = torch.randn(rows, 1, 576)
+    with torch.no_grad():
+        want = model(x)
+        routed = DecodeLinears(model)
+        with routed.active():
+            got = model(x)
+    if rows <= 16:
+        assert routed.small_calls == 2 and routed.packed_calls == 0
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    else:
+        assert routed.small_calls == 0 and torch.equal(got, want)
+
+
+@needs_small_linear
+def test_small_linear_refuses_a_weight_packed_for_another_shape():
+    kernel = decode_linears.decode_kernel.load()
+    packed = kernel.pack_small_linear(torch.randn(40, 24))
+    with pytest.raises(RuntimeError, match="packed weight of another shape"):
+        kernel.small_linear(torch.randn(2, 25), packed, 40)
+    with pytest.raises(RuntimeError, match="packed weight of another shape"):
+        kernel.small_linear(torch.randn(2, 24), packed, 80)
+    with pytest.raises(RuntimeError, match="contiguous 2-D float32"):
+        kernel.small_linear(torch.randn(2, 24).double(), packed, 40)
 
 
 @needs_float32_packing

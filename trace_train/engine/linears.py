@@ -13,8 +13,14 @@ where the machine reads 24-29 GB/s. Measured per 576 -> 1,536 SmolLM2 linear, we
   (``torch.ops.mkldnn._reorder_linear_weight``, the prepacking inductor's freezing uses) gives the same result bit
   for bit at 90-110 us instead of 150-175 us (8 rows), 194 us instead of 272 us (32 rows).
 
-Float32 (what ``dtype = auto`` runs on a CPU without native bf16) takes the same packed oneDNN weight from 2 to 16
-rows: one decoder's seven linears x 30 layers (423 MB, weights not in cache) on a 2-core AVX2 EPYC took 24.6-46.3 ms
+Float32 (what ``dtype = auto`` runs on a CPU without native bf16) takes this project's own kernel from 1 to 16
+rows where the decode kernels build (``csrc/small_linear.cpp``: the weight packed once in panels of one vector
+of outputs, k-major, a register tile of 4 rows x 3 panels on AVX2 summed over the whole input with the rows'
+inputs broadcast, so every weight is streamed once a call). The same 210 linears, weights not in cache, 2-core
+AVX2 EPYC, medians of 7 (``F.linear`` / oneDNN packed / this kernel): 1 row 33.0 / 27.7 / **14.3 ms**, 2 rows
+47.9 / 23.4 / **11.9**, 4 rows 51.6 / 25.8 / **13.2**, 8 rows 59.9 / 31.6 / **22.3**, 16 rows 78.3 / 49.6 /
+**37.3** (2 rows: 423 MB at 35 GB/s). Without the kernel (no compiler, ``TRACE_DECODE_KERNEL=0``) float32 takes
+the packed oneDNN weight from 2 to 16 rows: one decoder's seven linears x 30 layers (423 MB, weights not in cache) on a 2-core AVX2 EPYC took 24.6-46.3 ms
 packed against 38.0-67.5 ms with ``F.linear`` (8 rows: 34.7 against 57.5 ms); at 1 row ``F.linear`` was faster
 (21.6 against 27.6 ms) and at 32 rows they tied. Unlike bf16, the packed float32 result is not bit for bit
 ``F.linear``'s: it sums in another order (differences of ~1e-4 on outputs of ~25, float32 rounding).
@@ -35,9 +41,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trace_train.engine import decode_kernel
+
 # bf16: at most this many rows go to ATen's native kernel; more go to the packed oneDNN weight (crossover: 3)
 NATIVE_MAX_ROWS = 2
-# float32: the packed oneDNN weight from 2 to 16 rows; 1 row and more than 16 keep F.linear (see above)
+# float32: the small-linear kernel from 1 to 16 rows; without it the packed oneDNN weight from 2 to 16; 1 row
+# (without the kernel) and more than 16 keep F.linear (see above)
+FLOAT32_SMALL_ROWS = (1, 16)
 FLOAT32_PACKED_ROWS = (2, 16)
 MIN_WEIGHT_ELEMENTS = 1 << 16  # smaller weights (LoRA factors, a router) are not worth routing
 
@@ -66,9 +76,11 @@ class DecodeLinears:
         routable = (torch.bfloat16, torch.float32) if enabled is not False else ()
         self.dtypes = {d for d in routable if available(d)}
         self.enabled = bool(self.dtypes)
-        self._packed: dict[int, tuple[int, int, torch.Tensor]] = {}  # id(module) -> (ptr, version, packed)
+        # id(module) -> (ptr, version, layout, packed); layout "small" (the kernel's panels) or "onednn"
+        self._packed: dict[int, tuple[int, int, str, torch.Tensor]] = {}
         self.native_calls = 0
         self.packed_calls = 0
+        self.small_calls = 0
 
     def eligible(self) -> list[nn.Linear]:
         if not self.enabled:
@@ -105,24 +117,40 @@ class DecodeLinears:
                 return plain(x)
             rows = x.numel() // x.shape[-1]
             if x.dtype == torch.float32:
+                kernel = (
+                    decode_kernel.load() if FLOAT32_SMALL_ROWS[0] <= rows <= FLOAT32_SMALL_ROWS[1] else None
+                )
+                if kernel is not None:
+                    self.small_calls += 1
+                    flat = x.reshape(rows, x.shape[-1]).contiguous()
+                    out = kernel.small_linear(
+                        flat, self._pack(module, "small"), module.out_features, module.bias
+                    )
+                    return out.view(*x.shape[:-1], module.out_features)
                 if not FLOAT32_PACKED_ROWS[0] <= rows <= FLOAT32_PACKED_ROWS[1]:
                     return plain(x)
             elif rows <= NATIVE_MAX_ROWS:
                 self.native_calls += 1
                 return _native_linear(x, module.weight, module.bias)
             self.packed_calls += 1
-            return torch.ops.mkldnn._linear_pointwise(x, self._pack(module), module.bias, "none", [], "")
+            return torch.ops.mkldnn._linear_pointwise(
+                x, self._pack(module, "onednn"), module.bias, "none", [], ""
+            )
 
         return forward
 
-    def _pack(self, module: nn.Linear) -> torch.Tensor:
+    def _pack(self, module: nn.Linear, layout: str) -> torch.Tensor:
         w = module.weight
-        key = (w.data_ptr(), w._version)
+        key = (w.data_ptr(), w._version, layout)
         kept = self._packed.get(id(module))
-        if kept is None or kept[:2] != key:
-            kept = (*key, torch.ops.mkldnn._reorder_linear_weight(w.detach()))
+        if kept is None or kept[:3] != key:
+            if layout == "small":
+                packed = decode_kernel.load().pack_small_linear(w.detach().contiguous())
+            else:
+                packed = torch.ops.mkldnn._reorder_linear_weight(w.detach())
+            kept = (*key, packed)
             self._packed[id(module)] = kept
-        return kept[2]
+        return kept[3]
 
 
 def _native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

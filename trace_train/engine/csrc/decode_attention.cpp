@@ -542,6 +542,11 @@ std::vector<torch::Tensor> attention_backward(torch::Tensor query, torch::Tensor
 void routed_lora_update(torch::Tensor x, torch::Tensor a, torch::Tensor bt, torch::Tensor slots, torch::Tensor out,
                         int64_t rank);
 
+// small_linear.cpp
+torch::Tensor pack_small_linear(torch::Tensor weight);
+torch::Tensor small_linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10::optional<torch::Tensor> bias);
+int64_t small_linear_width();
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_attention", &decode_attention, "one decode step of GQA over a shared prefix and own columns");
   m.def("vector_width", []() { return W; }, "floats per vector register this build uses");
@@ -549,5 +554,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack_kv", &pack_kv, "keys and values packed in bf16 pairs for prefill_attention");
   m.def("prefill_attention", &prefill_attention, "attention of many queries over packed keys, with log-sum-exps");
   m.def("attention_backward", &attention_backward, "gradients of attention from its output's and its log-sum-exp");
+  m.def("pack_small_linear", &pack_small_linear, "a float32 weight packed in panels for small_linear");
+  m.def("small_linear", &small_linear, "a float32 linear of a few rows over a packed weight",
+        py::arg("x"), py::arg("packed"), py::arg("n"), py::arg("bias") = py::none());
+  m.def("small_linear_width", &small_linear_width, "outputs per panel of the packed weight");
   m.def("routed_lora_update", &routed_lora_update, "each token's own adapter's LoRA update, added in place");
 }
