@@ -20,9 +20,9 @@ inputs broadcast, so every weight is streamed once a call). The same 210 linears
 AVX2 EPYC, medians of 7 (``F.linear`` / oneDNN packed / this kernel): 1 row 33.0 / 27.7 / **14.3 ms**, 2 rows
 47.9 / 23.4 / **11.9**, 4 rows 51.6 / 25.8 / **13.2**, 8 rows 59.9 / 31.6 / **22.3**, 16 rows 78.3 / 49.6 /
 **37.3** (2 rows: 423 MB at 35 GB/s). Without the kernel (no compiler, ``TRACE_DECODE_KERNEL=0``) float32 takes
-the packed oneDNN weight from 2 to 16 rows: one decoder's seven linears x 30 layers (423 MB, weights not in cache) on a 2-core AVX2 EPYC took 24.6-46.3 ms
-packed against 38.0-67.5 ms with ``F.linear`` (8 rows: 34.7 against 57.5 ms); at 1 row ``F.linear`` was faster
-(21.6 against 27.6 ms) and at 32 rows they tied. Unlike bf16, the packed float32 result is not bit for bit
+the packed oneDNN weight from 2 to 16 rows: one decoder's seven linears x 30 layers (423 MB, weights not in
+cache) on a 2-core AVX2 EPYC took 24.6-46.3 ms packed against 38.0-67.5 ms with ``F.linear`` (8 rows: 34.7
+against 57.5 ms); at 1 row ``F.linear`` was faster (21.6 against 27.6 ms) and at 32 rows they tied. Unlike bf16, the packed float32 result is not bit for bit
 ``F.linear``'s: it sums in another order (differences of ~1e-4 on outputs of ~25, float32 rounding).
 
 :class:`DecodeLinears` applies this to a model's ``nn.Linear`` modules for the duration of a ``with`` block (the

@@ -10,44 +10,12 @@
 #include <algorithm>
 #include <cstdint>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-namespace {
-constexpr int W = 16;
-using V = __m512;
-inline V vzero() { return _mm512_setzero_ps(); }
-inline V vset(float x) { return _mm512_set1_ps(x); }
-inline V vload(const float* p) { return _mm512_loadu_ps(p); }
-inline void vstore(float* p, V v) { _mm512_storeu_ps(p, v); }
-inline V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-constexpr int MT = 4, NB = 4;  // 16 of 32 registers
-}  // namespace
-#elif defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-namespace {
-constexpr int W = 8;
-using V = __m256;
-inline V vzero() { return _mm256_setzero_ps(); }
-inline V vset(float x) { return _mm256_set1_ps(x); }
-inline V vload(const float* p) { return _mm256_loadu_ps(p); }
-inline void vstore(float* p, V v) { _mm256_storeu_ps(p, v); }
-inline V vfma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-constexpr int MT = 4, NB = 3;  // 12 accumulators + 3 weights + 1 broadcast: the 16 registers
-}  // namespace
-#else
-namespace {
-constexpr int W = 1;
-using V = float;
-inline V vzero() { return 0.0f; }
-inline V vset(float x) { return x; }
-inline V vload(const float* p) { return *p; }
-inline void vstore(float* p, V v) { *p = v; }
-inline V vfma(V a, V b, V c) { return a * b + c; }
-constexpr int MT = 4, NB = 4;
-}  // namespace
-#endif
+#include "simd.h"
 
 namespace {
+// a register tile of MT rows x NB panels: 16 of AVX-512's 32 registers; on AVX2 12 accumulators + 3 weights + 1
+// broadcast, its 16
+constexpr int MT = 4, NB = W == 8 ? 3 : 4;
 
 // y[m0 .. m0+R) x panels [p0 .. p0+B) = x . packed, over the whole K; out-of-range outputs (the last panel's
 // padding) are not stored.
