@@ -26,17 +26,22 @@ The model is any transformers causal LM (or a PeftModel, or a module that behave
 
 from __future__ import annotations
 
+import os
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 
 from trace_train.engine.attention import packed_gqa
 from trace_train.engine.cache import RaggedCache, cache_argument
+from trace_train.engine.lean_decode import LeanDecoder
 from trace_train.engine.linears import DecodeLinears
 from trace_train.engine.sampling import next_tokens
 from trace_train.policies.base import SamplingConfig
 from trace_train.roofline import LEDGER, record_blocks
+
+LEAN_SWITCH = "TRACE_LEAN_DECODE"  # "0": decode steps through the model's forward
 
 
 @dataclass
@@ -125,6 +130,7 @@ class CachedEngine:
         max_prefill_padding: float = 0.25,
         min_idle_fraction: float = 0.25,
         decode_linears: bool | None = None,
+        lean_decode: bool | None = None,
     ):
         self.model = model
         # decode steps' bf16 matmuls on the kernel that suits their few rows (None: wherever torch can)
@@ -140,6 +146,10 @@ class CachedEngine:
         # a decode step drops finished rows once they are this share of those it runs (1.01: never)
         self.min_idle_fraction = min_idle_fraction
         self.share_prefix = share_prefix  # keep the shared prefix once per batch, not once per row (CPU sdpa)
+        # decode steps from the weights, not through the model's modules, where that computes the same
+        # (None: unless TRACE_LEAN_DECODE=0; see trace_train.engine.lean_decode)
+        self.lean_decode = os.environ.get(LEAN_SWITCH, "1") != "0" if lean_decode is None else lean_decode
+        self._lean: LeanDecoder | None = None
         self.stats = EngineStats()
         self._prefix_ids: list[int] = []
         self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -148,6 +158,15 @@ class CachedEngine:
     def clear(self) -> None:
         """Forget the kept prefix (call after changing frozen weights in place)."""
         self._prefix_ids, self._prefix_kv, self._prefix_key = [], [], None
+
+    def lean_decoder(self) -> LeanDecoder | None:
+        """The lean decode step for the model as it is now (None: decode through the model's forward)."""
+        if not self.lean_decode:
+            return None
+        lean = LeanDecoder.for_model(self.model, self.linears, self._lean)
+        if lean is not None:  # kept while the model is not eligible (a context that enables LoRA), with its
+            self._lean = lean  # fused weights
+        return lean
 
     def session(
         self,
@@ -308,6 +327,7 @@ class Session:
         self.row_of: dict[int, int] = {}  # conversation index -> row
         # the last turn's decode steps: the rows each ran (see _decode)
         self.decode_rows: list[list[int]] = []
+        self.lean: LeanDecoder | None = None  # this turn's lean decode step (None: the model's forward)
 
     def __call__(self, prompts: list[list[int]], active: list[int], turn: int):
         if not prompts:
@@ -318,6 +338,8 @@ class Session:
         try:
             ctx = self.engine.generation_context() if self.engine.generation_context else _null()
             with ctx, torch.no_grad(), packed_gqa(model) as packed:
+                # the lean step calls the engine's attention function: only where the model does too
+                self.lean = self.engine.lean_decoder() if packed else None
                 return self._turn(prompts, active, share_prefix=packed)
         finally:
             model.train(was_training)
@@ -439,7 +461,8 @@ class Session:
         self.decode_rows = []
         device = logits.device
         try:
-            with eng.linears.active():
+            # the lean step routes its own linears; the model's forward needs its modules routed
+            with nullcontext() if self.lean is not None else eng.linears.active():
                 self._steps(logits, out, lps, order, done, fed, device)
         finally:
             cache.set_live_rows(None)
@@ -482,7 +505,13 @@ class Session:
             pos = cache.positions()[:live, None]
             zero = torch.zeros(live, dtype=torch.long)
             cache.set_live_rows(live if live < rows else None)
-            logits = self.runner(ids[:, None].to(device), mask[:live].to(device), pos.to(device), cache, zero)
+            if self.lean is not None:
+                self.runner.calls += 1
+                logits = self.lean(ids.to(device), mask[:live].to(device), pos[:, 0].to(device), cache)
+            else:
+                logits = self.runner(
+                    ids[:, None].to(device), mask[:live].to(device), pos.to(device), cache, zero
+                )
             self.decode_rows.append(order[:live])
             record_blocks(
                 "decode",

@@ -76,8 +76,9 @@ class DecodeLinears:
         routable = (torch.bfloat16, torch.float32) if enabled is not False else ()
         self.dtypes = {d for d in routable if available(d)}
         self.enabled = bool(self.dtypes)
-        # id(module) -> (ptr, version, layout, packed); layout "small" (the kernel's panels) or "onednn"
-        self._packed: dict[int, tuple[int, int, str, torch.Tensor]] = {}
+        # key (a module's id, or a caller's name) -> (ptr, version, layout, packed); layout "small" (the
+        # kernel's panels) or "onednn"
+        self._packed: dict[object, tuple[int, int, str, torch.Tensor]] = {}
         self.native_calls = 0
         self.packed_calls = 0
         self.small_calls = 0
@@ -115,41 +116,56 @@ class DecodeLinears:
         def forward(x: torch.Tensor) -> torch.Tensor:
             if torch.is_grad_enabled() or x.dtype != module.weight.dtype or x.device.type != "cpu":
                 return plain(x)
-            rows = x.numel() // x.shape[-1]
-            if x.dtype == torch.float32:
-                kernel = (
-                    decode_kernel.load() if FLOAT32_SMALL_ROWS[0] <= rows <= FLOAT32_SMALL_ROWS[1] else None
-                )
-                if kernel is not None:
-                    self.small_calls += 1
-                    flat = x.reshape(rows, x.shape[-1]).contiguous()
-                    out = kernel.small_linear(
-                        flat, self._pack(module, "small"), module.out_features, module.bias
-                    )
-                    return out.view(*x.shape[:-1], module.out_features)
-                if not FLOAT32_PACKED_ROWS[0] <= rows <= FLOAT32_PACKED_ROWS[1]:
-                    return plain(x)
-            elif rows <= NATIVE_MAX_ROWS:
-                self.native_calls += 1
-                return _native_linear(x, module.weight, module.bias)
-            self.packed_calls += 1
-            return torch.ops.mkldnn._linear_pointwise(
-                x, self._pack(module, "onednn"), module.bias, "none", [], ""
-            )
+            return self.linear(x, module.weight, module.bias, id(module))
 
         return forward
 
-    def _pack(self, module: nn.Linear, layout: str) -> torch.Tensor:
-        w = module.weight
-        key = (w.data_ptr(), w._version, layout)
-        kept = self._packed.get(id(module))
-        if kept is None or kept[:3] != key:
+    def linear(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, key: object
+    ) -> torch.Tensor:
+        """``F.linear(x, weight, bias)`` through the kernel that suits ``x``'s rows (no gradients); the packed
+        copies of ``weight`` are kept under ``key`` (a module's id, or any name the caller keeps apart) and made
+        again when the weight is another tensor or was changed in place."""
+        if (
+            not self.enabled
+            or torch.is_grad_enabled()
+            or x.dtype != weight.dtype
+            or x.dtype not in self.dtypes
+            or x.device.type != "cpu"
+            or weight.numel() < MIN_WEIGHT_ELEMENTS
+        ):
+            return F.linear(x, weight, bias)
+        rows = x.numel() // x.shape[-1]
+        out_features = weight.shape[0]
+        if x.dtype == torch.float32:
+            kernel = decode_kernel.load() if FLOAT32_SMALL_ROWS[0] <= rows <= FLOAT32_SMALL_ROWS[1] else None
+            if kernel is not None:
+                self.small_calls += 1
+                flat = x.reshape(rows, x.shape[-1]).contiguous()
+                out = kernel.small_linear(flat, self._pack(key, weight, "small"), out_features, bias)
+                return out.view(*x.shape[:-1], out_features)
+            if not FLOAT32_PACKED_ROWS[0] <= rows <= FLOAT32_PACKED_ROWS[1]:
+                return F.linear(x, weight, bias)
+        elif rows <= NATIVE_MAX_ROWS:
+            self.native_calls += 1
+            return _native_linear(x, weight, bias)
+        self.packed_calls += 1
+        return torch.ops.mkldnn._linear_pointwise(x, self._pack(key, weight, "onednn"), bias, "none", [], "")
+
+    def forget(self, key: object) -> None:
+        """Drop the packed copies kept under ``key`` (its weight was replaced)."""
+        self._packed.pop(key, None)
+
+    def _pack(self, key: object, w: torch.Tensor, layout: str) -> torch.Tensor:
+        made = (w.data_ptr(), w._version, layout)
+        kept = self._packed.get(key)
+        if kept is None or kept[:3] != made:
             if layout == "small":
                 packed = decode_kernel.load().pack_small_linear(w.detach().contiguous())
             else:
                 packed = torch.ops.mkldnn._reorder_linear_weight(w.detach())
-            kept = (*key, packed)
-            self._packed[id(module)] = kept
+            kept = (*made, packed)
+            self._packed[key] = kept
         return kept[3]
 
 

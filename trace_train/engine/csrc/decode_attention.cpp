@@ -461,6 +461,10 @@ void routed_lora_update(torch::Tensor x, torch::Tensor a, torch::Tensor bt, torc
 torch::Tensor pack_small_linear(torch::Tensor weight);
 torch::Tensor small_linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10::optional<torch::Tensor> bias);
 int64_t small_linear_width();
+// lean_ops.cpp
+torch::Tensor lean_rms_norm(torch::Tensor x, torch::Tensor weight, double eps);
+void lean_rope_(torch::Tensor x, int64_t heads, int64_t dim, torch::Tensor cos, torch::Tensor sin);
+torch::Tensor lean_silu_mul(torch::Tensor gate_up);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_attention", &decode_attention, "one decode step of GQA over a shared prefix and own columns");
@@ -473,5 +477,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("small_linear", &small_linear, "a float32 linear of a few rows over a packed weight",
         py::arg("x"), py::arg("packed"), py::arg("n"), py::arg("bias") = py::none());
   m.def("small_linear_width", &small_linear_width, "outputs per panel of the packed weight");
+  m.def("lean_rms_norm", &lean_rms_norm, "LlamaRMSNorm of a few rows");
+  m.def("lean_rope_", &lean_rope_, "rotary embedding of a few rows' first heads, in place");
+  m.def("lean_silu_mul", &lean_silu_mul, "silu(gate) * up of a few rows of [gate | up]");
   m.def("routed_lora_update", &routed_lora_update, "each token's own adapter's LoRA update, added in place");
 }

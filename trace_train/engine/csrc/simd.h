@@ -1,6 +1,6 @@
 // The float vector the CPU kernels compute with, chosen at build time (-march=native): 16 floats (AVX-512), 8
 // (AVX2 + FMA) or a plain float, with the few operations they need; loads widen bf16 to float32. Shared by
-// decode_attention.cpp and small_linear.cpp.
+// decode_attention.cpp, small_linear.cpp and lean_ops.cpp.
 #pragma once
 #include <c10/util/BFloat16.h>
 
@@ -25,6 +25,7 @@ inline V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
 inline V vmul(V a, V b) { return _mm512_mul_ps(a, b); }
 inline V vsub(V a, V b) { return _mm512_sub_ps(a, b); }
 inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }
+inline V vmin(V a, V b) { return _mm512_min_ps(a, b); }
 inline float vsum(V v) { return _mm512_reduce_add_ps(v); }
 // the horizontal sums of four vectors, as one 4-lane vector
 inline __m128 sum4(V a, V b, V c, V d) {
@@ -53,6 +54,7 @@ inline V vfma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
 inline V vmul(V a, V b) { return _mm256_mul_ps(a, b); }
 inline V vsub(V a, V b) { return _mm256_sub_ps(a, b); }
 inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
+inline V vmin(V a, V b) { return _mm256_min_ps(a, b); }
 inline float vsum(V v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -88,6 +90,7 @@ inline V vfma(V a, V b, V c) { return a * b + c; }
 inline V vmul(V a, V b) { return a * b; }
 inline V vsub(V a, V b) { return a - b; }
 inline V vadd(V a, V b) { return a + b; }
+inline V vmin(V a, V b) { return a < b ? a : b; }
 inline float vsum(V v) { return v; }
 inline V vexp(V x) { return std::exp(x); }
 }  // namespace
