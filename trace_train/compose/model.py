@@ -169,15 +169,24 @@ class RoutedLoRALinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.base_layer(x)
+        self.add_update(x, out)
+        return out
+
+    def add_update(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        """Add each token's routed LoRA update to ``out`` (the base linear's output for ``x``, or a view of it with
+        unit last stride, as the lean decode step's fused projections give) in place."""
         plan = self._gate.plan
         if plan is None or not plan.groups:
-            return out
-        shape = out.shape
+            return
         flat_out = out.reshape(-1, self.out_features)  # a view: the adds below write into ``out``
+        if (
+            flat_out.numel() and flat_out.data_ptr() != out.data_ptr()
+        ):  # reshape copied: the adds would be lost
+            raise ValueError("add_update needs an output it can reshape to rows without a copy")
         flat_x = x.reshape(-1, self.in_features)
         if plan.per_token:
             self._per_token_update(flat_x, flat_out, plan)
-            return out
+            return
         for (slot, idx), xs in zip(plan.groups, plan.gathered(x, flat_x), strict=True):
             k = slot - 1
             a, b = self.lora_A[k], self.lora_B[k]
@@ -194,7 +203,6 @@ class RoutedLoRALinear(nn.Module):
                     flat_out.add_(y.to(flat_out.dtype))
                 else:
                     flat_out.index_add_(0, idx, y.to(flat_out.dtype))
-        return flat_out.reshape(shape)
 
     def _stacked(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every adapter's A stacked along the rank, ``[N*r, in]``, its B side by side with the scaling folded
@@ -254,6 +262,17 @@ def decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
 
 def _hidden_of(args: tuple, kwargs: dict) -> torch.Tensor:
     return args[0] if args else kwargs["hidden_states"]
+
+
+def _routing_hook(gate: LayerGate):
+    """The decoder layer's forward pre-hook: the gate routes the layer's input tokens (and changes nothing).
+    Marked ``observes_input``, so the lean decode step (``trace_train.engine.lean_decode``) may call it itself."""
+
+    def hook(_module, args, kwargs):
+        gate.route(_hidden_of(args, kwargs))
+
+    hook.observes_input = True
+    return hook
 
 
 class Composition:
@@ -419,9 +438,7 @@ def compose_lora_weights(
         setattr(modules[parent_name], child, module)
         routed[module_name] = module
     for gate, layer in zip(gates, layers, strict=True):
-        layer.register_forward_pre_hook(
-            lambda _m, args, kwargs, g=gate: g.route(_hidden_of(args, kwargs)) and None, with_kwargs=True
-        )
+        layer.register_forward_pre_hook(_routing_hook(gate), with_kwargs=True)
     model.trace_gates = gates  # registered as a submodule: moves with .to(), listed by .parameters()
     composition = Composition(model, names, gates, routed)
     model.trace_composition = composition

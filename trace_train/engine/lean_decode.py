@@ -16,16 +16,20 @@ suits the step's rows). The fused weights are concatenated copies of the model's
 changes (an optimiser step, a LoRA delta merged for generation).
 
 It takes a model only where it computes exactly what the model's forward computes (:meth:`LeanDecoder.for_model`
-returns None otherwise, and the engine calls the model): a ``LlamaForCausalLM`` (or a PEFT model around one whose
-LoRA layers are merged or disabled, as :class:`trace_train.policies.hf.MergedLoRA` leaves them for generation),
-with transformers' own Llama modules, plain ``nn.Linear`` projections and no hooks (the composed model's routed
-LoRA and gates install hooks and modules of their own, so it keeps the module path). Tests compare it with the
-module path on every kind of step (``tests/train/test_lean_decode.py``).
+returns None otherwise, and the engine calls the model): a ``LlamaForCausalLM`` with transformers' own Llama
+modules and no hooks, whose projections are plain ``nn.Linear``, PEFT LoRA layers whose adapters add nothing
+(merged or disabled, as :class:`trace_train.policies.hf.MergedLoRA` leaves them for generation), or modules that
+add their own update to a base linear's output (``base_layer`` and ``add_update(x, out)``: the composed model's
+routed LoRA linears, whose gates route each layer's input through a forward pre-hook marked ``observes_input``,
+which the step calls itself). Tests compare it with the module path on every kind of step
+(``tests/train/test_lean_decode.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -49,15 +53,24 @@ except ImportError:  # pragma: no cover - a transformers without Llama
     LlamaForCausalLM = None
 
 
+class _Projection(NamedTuple):
+    linear: nn.Linear  # the base: F.linear of its weight
+    update: nn.Module | None  # adds its own update to the base's output in place (``add_update``), or None
+
+
 @dataclass
 class _Layer:
+    module: nn.Module  # the decoder layer, for its input observers
+    observers: list[
+        tuple[Callable, bool]
+    ]  # forward pre-hooks that only observe the input: (hook, with_kwargs)
     attn: nn.Module  # the attention module: its layer_idx and scaling, for the attention function
     input_norm: LlamaRMSNorm
-    qkv: list[nn.Linear]
-    o: nn.Linear
+    qkv: list[_Projection]
+    o: _Projection
     post_norm: LlamaRMSNorm
-    gate_up: list[nn.Linear]
-    down: nn.Linear
+    gate_up: list[_Projection]
+    down: _Projection
 
 
 class LeanDecoder:
@@ -77,7 +90,7 @@ class LeanDecoder:
         self.q_heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.head_dim = layers[0].attn.head_dim if layers else 0
-        self.intermediate = layers[0].down.in_features if layers else 0
+        self.intermediate = layers[0].down.linear.in_features if layers else 0
         # (layer, "qkv" | "gate_up") -> (the sources' (ptr, version) each, the fused weight, the fused bias)
         self._fused: dict[tuple[int, str], tuple[tuple, torch.Tensor, torch.Tensor | None]] = {}
         self.steps = 0  # decode steps run here (tests check that a path was taken)
@@ -114,6 +127,9 @@ class LeanDecoder:
         attention_mask = mask[:, None, None, :]
         prefix = cache.prefix
         for index, layer in enumerate(self.layers):
+            for hook, with_kwargs in layer.observers:  # e.g. the composed model's gate routing these tokens
+                args = (x[:, None],)  # the layer's input as its forward gets it, [R, 1, hidden]
+                hook(layer.module, args, {}) if with_kwargs else hook(layer.module, args)
             h = _rms_norm(ops, x, layer.input_norm)
             qkv = self._fused_linear(h, index, "qkv", layer.qkv)  # [R, (hq + 2 hkv) dim]
             _rotate(ops, qkv, hq + hkv, dim, cos, sin)  # queries and keys, in place
@@ -124,37 +140,53 @@ class LeanDecoder:
             out, _ = packed_gqa_attention(
                 layer.attn, q, keys, values, attention_mask, scaling=layer.attn.scaling, shared_prefix=prefix
             )
-            x = x + self.linears.linear(
-                out.reshape(rows, hq * dim), layer.o.weight, layer.o.bias, ("o", index)
-            )
+            x = x + self._linear(out.reshape(rows, hq * dim), index, "o", layer.o)
             h = _rms_norm(ops, x, layer.post_norm)
             gate_up = self._fused_linear(h, index, "gate_up", layer.gate_up)
             act = _silu_mul(ops, gate_up, self.intermediate)
-            x = x + self.linears.linear(act, layer.down.weight, layer.down.bias, ("down", index))
+            x = x + self._linear(act, index, "down", layer.down)
         if prefix is not None:
             prefix.check()
         self.steps += 1
         x = _rms_norm(ops, x, self.final_norm)
         return self.linears.linear(x, self.head.weight, self.head.bias, "lm_head")
 
-    def _fused_linear(self, x: torch.Tensor, index: int, name: str, parts: list[nn.Linear]) -> torch.Tensor:
-        """``x`` through the parts' linears at once: their weights concatenated (kept while they are unchanged)."""
-        sources = tuple((m.weight.data_ptr(), m.weight._version) for m in parts)
+    def _linear(self, x: torch.Tensor, index: int, name: str, projection: _Projection) -> torch.Tensor:
+        base = projection.linear
+        out = self.linears.linear(x, base.weight, base.bias, (name, index))
+        if projection.update is not None:
+            projection.update.add_update(x, out)
+        return out
+
+    def _fused_linear(
+        self, x: torch.Tensor, index: int, name: str, projections: list[_Projection]
+    ) -> torch.Tensor:
+        """``x`` through the projections at once: their base weights concatenated (kept while they are
+        unchanged), then each projection's own update added to its columns."""
+        bases = [p.linear for p in projections]
+        sources = tuple((m.weight.data_ptr(), m.weight._version) for m in bases)
         kept = self._fused.get((index, name))
         if kept is None or kept[0] != sources:
-            weight = torch.cat([m.weight.detach() for m in parts])
+            weight = torch.cat([m.weight.detach() for m in bases])
             bias = None
-            if any(m.bias is not None for m in parts):
+            if any(m.bias is not None for m in bases):
                 bias = torch.cat(
                     [
                         m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features)
-                        for m in parts
+                        for m in bases
                     ]
                 )
             kept = (sources, weight, bias)
             self._fused[(index, name)] = kept
             self.linears.forget((name, index))  # a new tensor may reuse the old one's address and version
-        return self.linears.linear(x, kept[1], kept[2], (name, index))
+        out = self.linears.linear(x, kept[1], kept[2], (name, index))
+        start = 0
+        for p in projections:
+            end = start + p.linear.out_features
+            if p.update is not None:
+                p.update.add_update(x, out[:, start:end])
+            start = end
+        return out
 
 
 def _rms_norm(ops, x: torch.Tensor, norm: LlamaRMSNorm) -> torch.Tensor:
@@ -184,8 +216,8 @@ def _silu_mul(ops, gate_up: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def _plain_llama(model: nn.Module) -> tuple[nn.Module, list[_Layer]] | None:
-    """The ``LlamaForCausalLM`` whose forward ``model``'s forward is, with plain modules, and its layers' modules
-    (see the module docstring); None if ``model`` is anything else."""
+    """The ``LlamaForCausalLM`` whose forward ``model``'s forward is, and its layers' parts (see the module
+    docstring); None if ``model`` computes anything else."""
     if LlamaForCausalLM is None:
         return None
     causal_lm = model
@@ -199,13 +231,17 @@ def _plain_llama(model: nn.Module) -> tuple[nn.Module, list[_Layer]] | None:
         return None
     if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
         return None
-    for module in model.modules():
-        if module._forward_hooks or module._forward_pre_hooks or "forward" in module.__dict__:
-            return None
     decoder = causal_lm.model
+    layer_ids = {id(layer) for layer in decoder.layers}
+    for module in model.modules():
+        pre_hooks = list(module._forward_pre_hooks.values())
+        if id(module) in layer_ids:  # a decoder layer's hooks may observe its input (the step calls them)
+            pre_hooks = [h for h in pre_hooks if not getattr(h, "observes_input", False)]
+        if module._forward_hooks or pre_hooks or "forward" in module.__dict__:
+            return None
     if type(decoder.embed_tokens) is not nn.Embedding or type(decoder.norm) is not LlamaRMSNorm:
         return None
-    if _plain_linear(causal_lm.lm_head) is not causal_lm.lm_head:
+    if type(causal_lm.lm_head) is not nn.Linear:
         return None
     layers = []
     for layer in decoder.layers:
@@ -219,20 +255,18 @@ def _plain_llama(model: nn.Module) -> tuple[nn.Module, list[_Layer]] | None:
             or type(mlp.act_fn) not in (nn.SiLU, type(ACT2FN["silu"]))
         ):
             return None
-        names = (
-            attn.q_proj,
-            attn.k_proj,
-            attn.v_proj,
-            attn.o_proj,
-            mlp.gate_proj,
-            mlp.up_proj,
-            mlp.down_proj,
-        )
-        q, k, v, o, gate, up, down = (_plain_linear(m) for m in names)
+        modules = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj)
+        q, k, v, o, gate, up, down = (_projection(m) for m in (*modules, mlp.down_proj))
         if None in (q, k, v, o, gate, up, down):
             return None
+        observers = [
+            (hook, hook_id in layer._forward_pre_hooks_with_kwargs)
+            for hook_id, hook in layer._forward_pre_hooks.items()
+        ]
         layers.append(
             _Layer(
+                module=layer,
+                observers=observers,
                 attn=attn,
                 input_norm=layer.input_layernorm,
                 qkv=[q, k, v],
@@ -245,17 +279,22 @@ def _plain_llama(model: nn.Module) -> tuple[nn.Module, list[_Layer]] | None:
     return causal_lm, layers
 
 
-def _plain_linear(module: nn.Module) -> nn.Linear | None:
-    """The ``nn.Linear`` whose ``F.linear`` is what ``module`` computes: itself, or a PEFT LoRA layer's base
-    layer while its adapters add nothing (merged into the base weight, disabled, or none active); else None."""
+def _projection(module: nn.Module) -> _Projection | None:
+    """``module`` as a base ``nn.Linear`` plus an in-place update: a plain ``nn.Linear``; a PEFT LoRA layer while
+    its adapters add nothing (merged into the base weight, disabled, or none active): its base layer; a module
+    with a ``base_layer`` and ``add_update(x, out)`` (the composed model's routed LoRA linears). Else None."""
     if type(module) is nn.Linear:
-        return module
+        return _Projection(module, None)
     base = getattr(module, "base_layer", None)
-    lora_a = getattr(module, "lora_A", None)
-    if type(base) is not nn.Linear or lora_a is None or not hasattr(module, "merged"):
+    if type(base) is not nn.Linear:
         return None
-    if module.disable_adapters:
-        return None if module.merged else base  # disabled and merged: its forward would unmerge first
+    if callable(getattr(module, "add_update", None)):
+        return _Projection(base, module)
+    lora_a = getattr(module, "lora_A", None)
+    if lora_a is None or not hasattr(module, "merged"):
+        return None
+    if module.disable_adapters:  # disabled and merged: its forward would unmerge first
+        return None if module.merged else _Projection(base, None)
     if module.merged or not any(name in lora_a for name in module.active_adapters):
-        return base
+        return _Projection(base, None)
     return None
