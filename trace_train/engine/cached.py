@@ -16,6 +16,9 @@ far earlier: decode 1.65x faster on a 32-row stream of the demo's agent).
 - Ragged batch: see :class:`trace_train.engine.cache.RaggedCache` (no re-padding per turn; finished
   conversations leave the batch; holes are squeezed out when compaction would remove more than
   ``max_hole_fraction`` of the columns; conversations may join a running batch, see ``Session.can_join``).
+- Decode steps of a Llama model run from its weights (:mod:`trace_train.engine.lean_decode`: fused projections,
+  small kernels for norms, rotary and SiLU) wherever that computes what the model's forward does; otherwise, and
+  for every prefill, the model is called.
 - Sampling: :func:`trace_train.engine.sampling.next_tokens`, transformers' own warpers, so the distribution is
   the simple engine's; greedy picks the same tokens (tested in float32).
 
