@@ -3,7 +3,7 @@
     python benchmarks/profile_decode_step.py --rows 8 --dtype float32
 
 Each repeat opens a session, prefills the rows' prompts (a ``--context``-token prompt whose rows share all but
-the last 50 tokens, as retail's system prompt and tools), then times ``--tokens`` greedy steps of the next turn
+the last ``--own`` tokens, as retail's system prompt and tools; evaluation's later turns hold 1,000-2,000 own), then times ``--tokens`` greedy steps of the next turn
 (the engine's own decode clock); the last repeat runs under cProfile, whose top entries (by own time) show the
 kernels: the decode linears (``_linear_pointwise`` / ``linear``) and the attention kernel (``decode_attention``).
 Only meaningful on a quiet machine; it prints the CPU.
@@ -28,6 +28,7 @@ def main() -> None:
     p.add_argument("--model", default="retail-v2-smollm2-135m")
     p.add_argument("--rows", type=int, default=8)
     p.add_argument("--context", type=int, default=3400)
+    p.add_argument("--own", type=int, default=50, help="tokens of each row's own after the shared part")
     p.add_argument("--tokens", type=int, default=24)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--dtype", default="auto")
@@ -37,8 +38,8 @@ def main() -> None:
     engine = engine_for(policy)
     vocab = policy.model.config.vocab_size
     g = torch.Generator().manual_seed(args.rows)
-    shared = torch.randint(100, vocab, (args.context - 50,), generator=g).tolist()
-    prompts = [shared + torch.randint(100, vocab, (50,), generator=g).tolist() for _ in range(args.rows)]
+    shared = torch.randint(100, vocab, (args.context - args.own,), generator=g).tolist()
+    prompts = [shared + torch.randint(100, vocab, (args.own,), generator=g).tolist() for _ in range(args.rows)]
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=args.tokens, min_new_tokens=args.tokens)
     print(f"{cpu_name()}, {policy.model.dtype}, {torch.get_num_threads()} threads, {args.rows} rows")
     profiler = cProfile.Profile()
