@@ -39,7 +39,9 @@ def main() -> None:
     vocab = policy.model.config.vocab_size
     g = torch.Generator().manual_seed(args.rows)
     shared = torch.randint(100, vocab, (args.context - args.own,), generator=g).tolist()
-    prompts = [shared + torch.randint(100, vocab, (args.own,), generator=g).tolist() for _ in range(args.rows)]
+    prompts = [
+        shared + torch.randint(100, vocab, (args.own,), generator=g).tolist() for _ in range(args.rows)
+    ]
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=args.tokens, min_new_tokens=args.tokens)
     print(f"{cpu_name()}, {policy.model.dtype}, {torch.get_num_threads()} threads, {args.rows} rows")
     profiler = cProfile.Profile()
