@@ -179,9 +179,7 @@ class RoutedLoRALinear(nn.Module):
         if plan is None or not plan.groups:
             return
         flat_out = out.reshape(-1, self.out_features)  # a view: the adds below write into ``out``
-        if (
-            flat_out.numel() and flat_out.data_ptr() != out.data_ptr()
-        ):  # reshape copied: the adds would be lost
+        if flat_out.numel() and flat_out.data_ptr() != out.data_ptr():  # a copy: the adds would be lost
             raise ValueError("add_update needs an output it can reshape to rows without a copy")
         flat_x = x.reshape(-1, self.in_features)
         if plan.per_token:
